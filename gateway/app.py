@@ -1,0 +1,201 @@
+"""The Starlette application: routes (/mcp, /healthz, /readyz, /admin) and the lifespan that
+builds every resource from the config (stores, upstreams, caches) and closes it again."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from .auth import Authenticator, HostOriginPolicy, McpGuard
+from .calls import CallPipeline
+from .catalog import Catalog, ConnectorSource
+from .config import GatewayConfig
+from .fences import Fences, FenceStore, Owner, open_fence_store
+from .server import Front
+from .upstreams.listing import ListingCache, ListKind
+from .upstreams.upstream import Upstream
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Runtime:
+    """Everything the running gateway owns; made in the lifespan, closed there."""
+
+    config: GatewayConfig
+    task_group: TaskGroup
+    store: FenceStore
+    fences: Fences
+    upstreams: dict[str, Upstream]
+    caches: list[ListingCache]
+    catalog: Catalog
+    front: Front
+    mcp_app: ASGIApp
+    connectors: Any = None
+    ready: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class _RuntimeHolder:
+    runtime: Runtime | None = None
+
+
+def replica_id_for(config: GatewayConfig) -> str:
+    # Stable across restarts of this replica: same host and port means same replica.
+    return config.fences.replica_id or f"{socket.gethostname()}:{config.server.port}"
+
+
+def create_app(config: GatewayConfig) -> Starlette:
+    holder = _RuntimeHolder()
+    authenticator = Authenticator(config.auth)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with anyio.create_task_group() as tg, _open_store(config) as store:
+            runtime = await _build_runtime(config, tg, store, authenticator)
+            holder.runtime = runtime
+            app.state.runtime = runtime
+            try:
+                async with runtime.extra["manager"].run():
+                    tg.start_soon(runtime.fences.run_sweeper, timedelta(hours=config.fences.retention_hours))
+                    tg.start_soon(_warm_up, runtime)
+                    yield
+            finally:
+                holder.runtime = None
+                with anyio.CancelScope(shield=True):
+                    for upstream in runtime.upstreams.values():
+                        await upstream.aclose()
+                    if runtime.connectors is not None:
+                        await runtime.connectors.close()
+                tg.cancel_scope.cancel()
+
+    async def mcp_endpoint(scope: Scope, receive: Receive, send: Send) -> None:
+        runtime = holder.runtime
+        if runtime is None:
+            response = JSONResponse({"jsonrpc": "2.0", "id": None, "error": {"code": -32000, "message": "gateway is starting"}}, status_code=503)
+            await response(scope, receive, send)
+            return
+        await runtime.mcp_app(scope, receive, send)
+
+    async def healthz(request: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(request: Request) -> JSONResponse:
+        runtime = holder.runtime
+        if runtime is None:
+            return JSONResponse({"status": "starting"}, status_code=503)
+        try:
+            with anyio.fail_after(2):
+                await runtime.store.stats()
+        except Exception as exc:  # noqa: BLE001 - readiness reports, never raises
+            return JSONResponse({"status": "store unavailable", "error": type(exc).__name__}, status_code=503)
+        return JSONResponse({"status": "ready", "upstreams": list(runtime.upstreams)})
+
+    routes: list[BaseRoute] = [
+        Route(config.server.path, endpoint=_AsgiEndpoint(mcp_endpoint), methods=["GET", "POST", "DELETE"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+    ]
+    routes.extend(_admin_routes(holder, authenticator))
+    return Starlette(routes=routes, lifespan=lifespan)
+
+
+class _AsgiEndpoint:
+    """Wraps a plain ASGI function so Starlette's Route treats it as an app, not a handler."""
+
+    def __init__(self, app: Any) -> None:
+        self._app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._app(scope, receive, send)
+
+
+@contextlib.asynccontextmanager
+async def _open_store(config: GatewayConfig) -> AsyncIterator[FenceStore]:
+    store = open_fence_store(config.fences.store)
+    await store.open()
+    try:
+        yield store
+    finally:
+        with anyio.CancelScope(shield=True):
+            await store.close()
+
+
+async def _build_runtime(config: GatewayConfig, tg: TaskGroup, store: FenceStore, authenticator: Authenticator) -> Runtime:
+    fences = Fences(
+        store,
+        Owner.fresh(replica_id_for(config)),
+        lease_seconds=config.fences.lease_seconds,
+        wait_seconds=config.fences.wait_seconds,
+    )
+    upstreams = {u.name: Upstream(u, tg) for u in config.upstreams}
+    caches = [ListingCache(upstream, tg) for upstream in upstreams.values()]
+    connectors = await _open_connectors(config, tg)
+    front_ref: list[Front] = []
+
+    def on_change() -> None:
+        if front_ref:
+            tg.start_soon(front_ref[0].notify_tools_changed)
+
+    catalog = Catalog(caches, connectors, on_change=on_change)
+    pipeline = CallPipeline(catalog, upstreams, fences)
+    front = Front(catalog, pipeline, upstreams, authenticator.tool_globs)
+    front_ref.append(front)
+    manager = StreamableHTTPSessionManager(
+        app=front.server,
+        stateless=not config.server.stateful,
+        json_response=config.server.json_response,
+        max_request_body_size=config.server.max_request_bytes,
+    )
+    mcp_app = McpGuard(
+        StreamableHTTPASGIApp(manager),
+        authenticator,
+        HostOriginPolicy(config.server),
+        config.server.max_request_bytes,
+    )
+    return Runtime(
+        config=config,
+        task_group=tg,
+        store=store,
+        fences=fences,
+        upstreams=upstreams,
+        caches=caches,
+        catalog=catalog,
+        front=front,
+        mcp_app=mcp_app,
+        connectors=connectors,
+        extra={"manager": manager},
+    )
+
+
+async def _open_connectors(config: GatewayConfig, tg: TaskGroup) -> ConnectorSource | None:
+    """The connector registry (wired in by the connectors integration)."""
+    return None
+
+
+async def _warm_up(runtime: Runtime) -> None:
+    """List every upstream once at start so the first client does not wait for it."""
+    await runtime.catalog.tools()
+    runtime.ready = True
+    logger.info("catalog ready: %d tools from %d upstreams", len(await runtime.catalog.tools()), len(runtime.upstreams))
+
+
+def _admin_routes(holder: _RuntimeHolder, authenticator: Authenticator) -> list[BaseRoute]:
+    return []
+
+
+__all__ = ["Runtime", "create_app", "replica_id_for", "ListKind"]

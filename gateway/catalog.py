@@ -1,0 +1,274 @@
+"""The aggregated view of every exposed tool, resource and prompt, and where each one routes.
+
+Listings come from each upstream's cache (and the connector registry); the catalog is rebuilt
+only when one of them changed, so tools/call resolves a name with one dict lookup.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import anyio
+
+from .config import HttpUpstreamConfig, StdioUpstreamConfig
+from .conventions.answers import Answer
+from .conventions.effects import Classification, ToolPolicy, classify_tool, publish_annotations, publish_tool_meta
+from .conventions.keys import Effect
+from .conventions.naming import exposed_tool_name
+from .upstreams.listing import ListingCache, ListKind
+
+logger = logging.getLogger(__name__)
+
+# Tool definition fields passed on as the upstream wrote them.
+_TOOL_FIELDS = ("title", "description", "inputSchema", "outputSchema", "icons")
+
+
+class ConnectorToolLike(Protocol):
+    """What the catalog needs of a connector operation (gateway.connectors.ConnectorTool)."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    effect: Effect
+    requires_approval: bool
+
+    async def call(
+        self, arguments: dict[str, Any], *, idempotency_key: str | None, fence_id: str | None, takeover: bool
+    ) -> Answer: ...
+
+
+class ConnectorSource(Protocol):
+    @property
+    def version(self) -> int: ...
+
+    def tools(self) -> Sequence[ConnectorToolLike]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ToolRoute:
+    """One exposed tool: what we publish, how it is classified, and where a call goes."""
+
+    name: str
+    definition: dict[str, Any]
+    classification: Classification
+    upstream: str | None = None  # None: a connector operation
+    target: str = ""  # the upstream's own tool name
+    keyless_writes: str = "reject"
+    max_attempts: int = 3
+    connector: ConnectorToolLike | None = None
+
+    @property
+    def effect(self) -> Effect:
+        return self.classification.effect
+
+
+@dataclass(frozen=True, slots=True)
+class PromptRoute:
+    name: str
+    definition: dict[str, Any]
+    upstream: str
+    target: str
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceRoute:
+    definition: dict[str, Any]
+    upstream: str
+
+
+@dataclass(frozen=True, slots=True)
+class TemplateRoute:
+    definition: dict[str, Any]
+    upstream: str
+    pattern: re.Pattern[str]
+
+
+@dataclass
+class _Built:
+    key: tuple[int, ...] = (-1,)
+    tools: dict[str, ToolRoute] = field(default_factory=dict)
+    prompts: dict[str, PromptRoute] = field(default_factory=dict)
+    resources: dict[str, ResourceRoute] = field(default_factory=dict)
+    templates: list[TemplateRoute] = field(default_factory=list)
+
+
+UpstreamConfig = StdioUpstreamConfig | HttpUpstreamConfig
+
+
+class Catalog:
+    def __init__(
+        self,
+        caches: Sequence[ListingCache],
+        connectors: ConnectorSource | None = None,
+        on_change: Callable[[], None] | None = None,
+    ) -> None:
+        self._caches = list(caches)
+        self._connectors = connectors
+        self._on_change = on_change
+        self._built = _Built()
+
+    # -- reading --------------------------------------------------------------------------
+
+    async def tools(self) -> list[ToolRoute]:
+        await self._refresh(ListKind.TOOLS)
+        return list(self._built.tools.values())
+
+    async def tool(self, name: str) -> ToolRoute | None:
+        """The route of an exposed tool; listings are awaited only for a name not yet known."""
+        self._rebuild_if_changed()
+        route = self._built.tools.get(name)
+        if route is None:
+            await self._refresh(ListKind.TOOLS)
+            route = self._built.tools.get(name)
+        return route
+
+    async def prompts(self) -> list[PromptRoute]:
+        await self._refresh(ListKind.PROMPTS)
+        return list(self._built.prompts.values())
+
+    async def prompt(self, name: str) -> PromptRoute | None:
+        await self._refresh(ListKind.PROMPTS)
+        return self._built.prompts.get(name)
+
+    async def resources(self) -> list[ResourceRoute]:
+        await self._refresh(ListKind.RESOURCES)
+        return list(self._built.resources.values())
+
+    async def resource_templates(self) -> list[TemplateRoute]:
+        await self._refresh(ListKind.RESOURCE_TEMPLATES)
+        return list(self._built.templates)
+
+    async def resource_upstream(self, uri: str) -> str | None:
+        """Which upstream serves `uri`: a listed resource first, then a matching template."""
+        await self._refresh(ListKind.RESOURCES)
+        await self._refresh(ListKind.RESOURCE_TEMPLATES)
+        if (route := self._built.resources.get(uri)) is not None:
+            return route.upstream
+        for template in self._built.templates:
+            if template.pattern.fullmatch(uri):
+                return template.upstream
+        return None
+
+    def upstream_names(self) -> list[str]:
+        return [c.upstream.name for c in self._caches]
+
+    # -- building -------------------------------------------------------------------------
+
+    async def _refresh(self, kind: ListKind) -> None:
+        async with anyio.create_task_group() as tg:
+            for cache in self._caches:
+                tg.start_soon(cache.get, kind)
+        self._rebuild_if_changed()
+
+    def _rebuild_if_changed(self) -> None:
+        key = tuple(c.version for c in self._caches) + ((self._connectors.version,) if self._connectors else ())
+        if key == self._built.key:
+            return
+        first_build = self._built.key == (-1,)
+        old_names = set(self._built.tools)
+        self._built = self._build(key)
+        if not first_build and set(self._built.tools) != old_names and self._on_change is not None:
+            self._on_change()
+
+    def _build(self, key: tuple[int, ...]) -> _Built:
+        built = _Built(key=key)
+        for cache in self._caches:
+            cfg = cache.upstream.config
+            for tool in cache.peek(ListKind.TOOLS) or ():
+                route = _tool_route(cfg, tool)
+                if route is None:
+                    continue
+                if route.name in built.tools:
+                    logger.warning(
+                        "tool %r of upstream %s collides with an earlier tool of the same exposed name; left out",
+                        tool.get("name"),
+                        cfg.name,
+                    )
+                    continue
+                built.tools[route.name] = route
+            for prompt in cache.peek(ListKind.PROMPTS) or ():
+                name = prompt.get("name")
+                if isinstance(name, str):
+                    exposed = exposed_tool_name(cfg.name, name, cfg.prefix)
+                    built.prompts.setdefault(
+                        exposed, PromptRoute(exposed, {**prompt, "name": exposed}, cfg.name, name)
+                    )
+            for resource in cache.peek(ListKind.RESOURCES) or ():
+                uri, name = resource.get("uri"), resource.get("name")
+                if isinstance(uri, str) and uri not in built.resources:
+                    definition = dict(resource)
+                    if isinstance(name, str):
+                        definition["name"] = exposed_tool_name(cfg.name, name, cfg.prefix)
+                    built.resources[uri] = ResourceRoute(definition, cfg.name)
+            for template in cache.peek(ListKind.RESOURCE_TEMPLATES) or ():
+                uri_template, name = template.get("uriTemplate"), template.get("name")
+                if isinstance(uri_template, str):
+                    definition = dict(template)
+                    if isinstance(name, str):
+                        definition["name"] = exposed_tool_name(cfg.name, name, cfg.prefix)
+                    built.templates.append(TemplateRoute(definition, cfg.name, _template_pattern(uri_template)))
+        for connector_tool in self._connectors.tools() if self._connectors else ():
+            if connector_tool.name in built.tools:
+                logger.warning("connector tool %r collides with an upstream tool; left out", connector_tool.name)
+                continue
+            built.tools[connector_tool.name] = _connector_route(connector_tool)
+        return built
+
+
+def _tool_route(cfg: UpstreamConfig, tool: dict[str, Any]) -> ToolRoute | None:
+    name = tool.get("name")
+    if not isinstance(name, str) or not name:
+        logger.warning("upstream %s listed a tool without a name; left out", cfg.name)
+        return None
+    exposed = exposed_tool_name(cfg.name, name, cfg.prefix)
+    policy_cfg = cfg.tool_policies.get(exposed) or cfg.tool_policies.get(name)
+    policy = ToolPolicy(policy_cfg.effect, policy_cfg.requires_approval) if policy_cfg else None
+    meta = tool.get("_meta") if isinstance(tool.get("_meta"), dict) else None
+    annotations = tool.get("annotations") if isinstance(tool.get("annotations"), dict) else None
+    classification = classify_tool(
+        meta,
+        annotations,
+        trusts_annotations=cfg.trusts_tool_annotations,
+        default_effect=cfg.default_tool_effect,
+        policy=policy,
+    )
+    for warning in classification.warnings:
+        logger.warning("upstream %s tool %s: %s", cfg.name, name, warning)
+    definition: dict[str, Any] = {"name": exposed}
+    for key in _TOOL_FIELDS:
+        if key in tool:
+            definition[key] = tool[key]
+    definition.setdefault("inputSchema", {"type": "object"})
+    definition["annotations"] = publish_annotations(annotations, classification, trusted=cfg.trusts_tool_annotations)
+    definition["_meta"] = publish_tool_meta(meta, classification)
+    return ToolRoute(
+        name=exposed,
+        definition=definition,
+        classification=classification,
+        upstream=cfg.name,
+        target=name,
+        keyless_writes=cfg.keyless_writes,
+        max_attempts=cfg.max_attempts,
+    )
+
+
+def _connector_route(tool: ConnectorToolLike) -> ToolRoute:
+    classification = Classification(tool.effect, tool.requires_approval, declared=True)
+    definition = {
+        "name": tool.name,
+        "description": tool.description,
+        "inputSchema": tool.input_schema,
+        "annotations": publish_annotations(None, classification, trusted=True),
+        "_meta": publish_tool_meta(None, classification),
+    }
+    return ToolRoute(name=tool.name, definition=definition, classification=classification, connector=tool)
+
+
+def _template_pattern(uri_template: str) -> re.Pattern[str]:
+    """A regex for the URIs an RFC 6570 template can produce (each expression: any run of text)."""
+    parts = re.split(r"\{[^}]*\}", uri_template)
+    return re.compile(".+?".join(re.escape(p) for p in parts))

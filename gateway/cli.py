@@ -1,0 +1,247 @@
+"""`dex-gateway`: serve, tools, check, connectors validate, fences stats|show|purge."""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+import anyio
+import uvicorn
+
+from .app import create_app
+from .config import GatewayConfig, load_config
+from .errors import ConfigError
+
+logger = logging.getLogger("gateway")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if getattr(args, "verbose", False) else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    # One line per upstream request is noise at INFO.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    try:
+        return int(args.run(args) or 0)
+    except ConfigError as exc:
+        print(f"dex-gateway: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dex-gateway", description="One MCP URL for every agent, with the Dex conventions.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the gateway")
+    _config_arg(serve)
+    serve.add_argument("--host", help="bind address (default: server.host)")
+    serve.add_argument("--port", type=int, help="port (default: server.port; 0 picks a free one)")
+    serve.add_argument("-v", "--verbose", action="store_true")
+    serve.set_defaults(run=_serve)
+
+    tools = sub.add_parser("tools", help="print the aggregated tools with effect and approval")
+    _config_arg(tools)
+    tools.add_argument("--json", action="store_true", help="machine-readable output")
+    tools.set_defaults(run=_tools)
+
+    check = sub.add_parser("check", help="check an MCP server against the Dex conventions")
+    try:
+        from .conventions import check_cli
+    except ImportError:
+        check_cli = None  # type: ignore[assignment]
+    if check_cli is not None:
+        check_cli.configure_parser(check)
+        check.set_defaults(run=check_cli.run)
+
+    connectors = sub.add_parser("connectors", help="connector manifests")
+    csub = connectors.add_subparsers(dest="connectors_command", required=True)
+    validate = csub.add_parser("validate", help="validate manifests and their agent blocks")
+    try:
+        from .connectors import validate_cli
+    except ImportError:
+        validate_cli = None  # type: ignore[assignment]
+    if validate_cli is not None:
+        validate_cli.configure_parser(validate)
+        validate.set_defaults(run=validate_cli.run)
+
+    fences = sub.add_parser("fences", help="inspect and purge idempotency fences")
+    fsub = fences.add_subparsers(dest="fences_command", required=True)
+    stats = fsub.add_parser("stats", help="fence counts by state")
+    _config_arg(stats)
+    stats.set_defaults(run=_fences_stats)
+    show = fsub.add_parser("show", help="one fence by principal and idempotency key")
+    _config_arg(show)
+    show.add_argument("key", help="the idempotency key")
+    show.add_argument("--principal", default="anonymous", help="the principal that sent the key (default: anonymous)")
+    show.set_defaults(run=_fences_show)
+    purge = fsub.add_parser("purge", help="delete finished fences older than a duration")
+    _config_arg(purge)
+    purge.add_argument("--older-than", required=True, help="e.g. 24h, 90m, 3600s, 7d")
+    purge.set_defaults(run=_fences_purge)
+    return parser
+
+
+def _config_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="config file (default: $DEX_GATEWAY_CONFIG or config/gateway.yaml)")
+
+
+# -- serve --------------------------------------------------------------------------------
+
+
+def _serve(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    overrides: dict[str, Any] = {}
+    if args.host:
+        overrides["host"] = args.host
+    if args.port is not None:
+        overrides["port"] = args.port
+    if overrides:
+        config = GatewayConfig.model_validate(
+            {**config.model_dump(mode="python"), "server": {**config.server.model_dump(), **overrides}}
+        )
+    anyio.run(_serve_async, config)
+    return 0
+
+
+async def _serve_async(config: GatewayConfig) -> None:
+    app = create_app(config)
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host=config.server.host,
+            port=config.server.port,
+            log_level="warning",
+            access_log=False,
+            lifespan="on",
+            timeout_graceful_shutdown=30,
+        )
+    )
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(server.serve)
+        while not server.started:
+            if server.should_exit:
+                return
+            await anyio.sleep(0.02)
+        # Objects made during start-up live for the whole run; keeping them out of the
+        # collector's generations shortens GC pauses under load.
+        gc.freeze()
+        for srv in server.servers:
+            for sock in srv.sockets:
+                host, port = sock.getsockname()[:2]
+                shown = f"[{host}]" if ":" in host else host
+                logger.info("listening on http://%s:%d%s", shown, port, config.server.path)
+
+
+# -- tools --------------------------------------------------------------------------------
+
+
+def _tools(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    routes = anyio.run(_collect_tools, config)
+    rows = [
+        {
+            "name": r.name,
+            "effect": r.effect.value,
+            "approval": "recommended" if r.classification.requires_approval else "",
+            "source": r.upstream or "connector",
+            "description": (r.definition.get("description") or "").split("\n")[0][:60],
+        }
+        for r in routes
+    ]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    _print_table(rows, ["name", "effect", "approval", "source", "description"])
+    return 0
+
+
+async def _collect_tools(config: GatewayConfig) -> list[Any]:
+    app = create_app(config)
+    async with app.router.lifespan_context(app):
+        return await app.state.runtime.catalog.tools()
+
+
+def _print_table(rows: list[dict[str, str]], columns: list[str]) -> None:
+    widths = {c: max([len(c)] + [len(str(r[c])) for r in rows]) for c in columns}
+    print("  ".join(c.upper().ljust(widths[c]) for c in columns).rstrip())
+    for row in rows:
+        print("  ".join(str(row[c]).ljust(widths[c]) for c in columns).rstrip())
+
+
+# -- fences -------------------------------------------------------------------------------
+
+
+def _with_store(config_path: str | None, action: Any) -> Any:
+    from .fences import open_fence_store
+
+    config = load_config(config_path)
+
+    async def run() -> Any:
+        store = open_fence_store(config.fences.store)
+        await store.open()
+        try:
+            return await action(store)
+        finally:
+            await store.close()
+
+    return anyio.run(run)
+
+
+def _fences_stats(args: argparse.Namespace) -> int:
+    from .fences import stats
+
+    print(json.dumps(_with_store(args.config, stats), indent=2, default=str))
+    return 0
+
+
+def _fences_show(args: argparse.Namespace) -> int:
+    from .fences import show
+
+    async def action(store: Any) -> Any:
+        return await show(store, args.principal, args.key)
+
+    record = _with_store(args.config, action)
+    if record is None:
+        print(f"no fence for key {args.key!r} of principal {args.principal!r}", file=sys.stderr)
+        return 1
+    print(json.dumps(record.as_dict(), indent=2, default=str))
+    return 0
+
+
+def _fences_purge(args: argparse.Namespace) -> int:
+    from .fences import purge
+
+    older_than = parse_duration(args.older_than)
+
+    async def action(store: Any) -> Any:
+        return await purge(store, older_than)
+
+    print(f"purged {_with_store(args.config, action)} fences older than {args.older_than}")
+    return 0
+
+
+def parse_duration(text: str) -> timedelta:
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    text = text.strip().lower()
+    try:
+        if text[-1] in units:
+            return timedelta(seconds=float(text[:-1]) * units[text[-1]])
+        return timedelta(seconds=float(text))
+    except (ValueError, IndexError):
+        raise ConfigError(f"--older-than: cannot read {text!r}; use e.g. 24h, 90m, 3600s or 7d") from None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,203 @@
+"""The MCP front: low-level SDK Server handlers that translate MCP requests to gateway calls."""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import weakref
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import mcp_types as types
+from mcp.server import Server, ServerRequestContext
+from mcp.shared.exceptions import MCPError
+
+from .calls import CallPipeline, ToolCall, forwardable_meta
+from .catalog import Catalog
+from .errors import UnknownToolError, UpstreamError, UpstreamRpcError
+from .upstreams.upstream import Upstream
+
+logger = logging.getLogger(__name__)
+
+PRINCIPAL_SCOPE_KEY = "dex.principal"
+ANONYMOUS = "anonymous"
+
+# Resolves which tools a principal may see and call (None: all of them).
+ToolFilter = Callable[[str], list[str] | None]
+
+
+class GatewayServer(Server[Any]):
+    """The SDK Server, advertising `tools.listChanged` (the catalog notifies live sessions)."""
+
+    def get_capabilities(self, *args: Any, **kwargs: Any) -> types.ServerCapabilities:
+        caps = super().get_capabilities(*args, **kwargs)
+        if caps.tools is not None:
+            caps = caps.model_copy(update={"tools": types.ToolsCapability(list_changed=True)})
+        return caps
+
+
+class Front:
+    """Handlers of the gateway's MCP server; holds live sessions for list_changed."""
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        pipeline: CallPipeline,
+        upstreams: dict[str, Upstream],
+        tool_globs: ToolFilter,
+        *,
+        version: str = "0.1.0",
+    ) -> None:
+        self._catalog = catalog
+        self._pipeline = pipeline
+        self._upstreams = upstreams
+        self._tool_globs = tool_globs
+        self._sessions: weakref.WeakSet[Any] = weakref.WeakSet()
+        self.server = GatewayServer(
+            "dex-mcp-gateway",
+            version=version,
+            instructions="Every tool behind this gateway declares its effect and approval in _meta "
+            "(io.superdurable.dex/*); send io.superdurable.dex/idempotencyKey with every write.",
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+            on_list_resources=self._list_resources,
+            on_list_resource_templates=self._list_resource_templates,
+            on_read_resource=self._read_resource,
+            on_list_prompts=self._list_prompts,
+            on_get_prompt=self._get_prompt,
+        )
+
+    # -- tools ----------------------------------------------------------------------------
+
+    async def _list_tools(self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        self._remember(ctx)
+        principal = _principal(ctx)
+        routes = await self._catalog.tools()
+        tools = [types.Tool.model_validate(r.definition) for r in routes if self._may_use(principal, r.name)]
+        return types.ListToolsResult(tools=tools)
+
+    async def _call_tool(self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> types.CallToolResult:
+        self._remember(ctx)
+        principal = _principal(ctx)
+        if not self._may_use(principal, params.name):
+            raise MCPError(types.INVALID_PARAMS, f"unknown tool {params.name!r}")
+        raw_meta = _raw_meta(ctx)
+        call = ToolCall(
+            principal=principal,
+            name=params.name,
+            arguments=dict(params.arguments or {}),
+            meta=raw_meta,
+            on_progress=_progress_relay(ctx),
+        )
+        try:
+            answer = await self._pipeline.call(call)
+        except UnknownToolError as exc:
+            raise MCPError(types.INVALID_PARAMS, str(exc)) from None
+        except MCPError:
+            raise
+        except Exception:
+            logger.exception("tools/call %s failed inside the gateway", params.name)
+            raise MCPError(types.INTERNAL_ERROR, "internal gateway error; see the gateway log") from None
+        return types.CallToolResult.model_validate(answer.to_wire())
+
+    def _may_use(self, principal: str, tool: str) -> bool:
+        globs = self._tool_globs(principal)
+        return globs is None or any(fnmatch.fnmatchcase(tool, g) for g in globs)
+
+    # -- resources and prompts (passthrough) ----------------------------------------------
+
+    async def _list_resources(self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
+        routes = await self._catalog.resources()
+        return types.ListResourcesResult(resources=[types.Resource.model_validate(r.definition) for r in routes])
+
+    async def _list_resource_templates(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        routes = await self._catalog.resource_templates()
+        return types.ListResourceTemplatesResult(
+            resource_templates=[types.ResourceTemplate.model_validate(r.definition) for r in routes]
+        )
+
+    async def _read_resource(self, ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+        uri = str(params.uri)
+        upstream_name = await self._catalog.resource_upstream(uri)
+        if upstream_name is None:
+            raise MCPError(types.INVALID_PARAMS, f"no upstream serves resource {uri!r}")
+        result = await self._forward(upstream_name, "resources/read", {"uri": uri}, ctx)
+        return types.ReadResourceResult.model_validate(result)
+
+    async def _list_prompts(self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> types.ListPromptsResult:
+        routes = await self._catalog.prompts()
+        return types.ListPromptsResult(prompts=[types.Prompt.model_validate(r.definition) for r in routes])
+
+    async def _get_prompt(self, ctx: ServerRequestContext[Any], params: types.GetPromptRequestParams) -> types.GetPromptResult:
+        route = await self._catalog.prompt(params.name)
+        if route is None:
+            raise MCPError(types.INVALID_PARAMS, f"unknown prompt {params.name!r}")
+        args: dict[str, Any] = {"name": route.target}
+        if params.arguments:
+            args["arguments"] = params.arguments
+        result = await self._forward(route.upstream, "prompts/get", args, ctx)
+        return types.GetPromptResult.model_validate(result)
+
+    async def _forward(self, upstream_name: str, method: str, params: dict[str, Any], ctx: ServerRequestContext[Any]) -> dict[str, Any]:
+        upstream = self._upstreams[upstream_name]
+        meta = forwardable_meta(_raw_meta(ctx))
+        if meta:
+            params["_meta"] = meta
+        try:
+            result = await upstream.request(method, params)
+        except UpstreamRpcError as exc:
+            raise MCPError(exc.code, exc.rpc_message, exc.data) from None
+        except UpstreamError as exc:
+            raise MCPError(types.INTERNAL_ERROR, f"{method} failed: {exc}") from None
+        meta_out = result.get("_meta")
+        if isinstance(meta_out, dict):
+            result["_meta"] = {k: v for k, v in meta_out.items() if not k.startswith("io.modelcontextprotocol/")}
+        return result
+
+    # -- notifications --------------------------------------------------------------------
+
+    def _remember(self, ctx: ServerRequestContext[Any]) -> None:
+        if ctx.session is not None:
+            try:
+                self._sessions.add(ctx.session)
+            except TypeError:
+                pass
+
+    async def notify_tools_changed(self) -> None:
+        """Tell every live session that the aggregated tool list changed."""
+        for session in list(self._sessions):
+            try:
+                await session.send_tool_list_changed()
+            except Exception:  # noqa: BLE001 - a closed session just misses the notice
+                logger.debug("could not notify a session of a tool list change", exc_info=True)
+
+
+def _principal(ctx: ServerRequestContext[Any]) -> str:
+    request = ctx.request
+    if request is None:
+        return ANONYMOUS
+    return str(request.scope.get(PRINCIPAL_SCOPE_KEY, ANONYMOUS))
+
+
+def _raw_meta(ctx: ServerRequestContext[Any]) -> dict[str, Any]:
+    params = ctx.params or {}
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    return dict(meta) if isinstance(meta, dict) else {}
+
+
+def _progress_relay(ctx: ServerRequestContext[Any]) -> Callable[[float, float | None, str | None], Awaitable[None]] | None:
+    token = (ctx.meta or {}).get("progress_token")
+    if token is None:
+        return None
+
+    async def relay(progress: float, total: float | None, message: str | None) -> None:
+        try:
+            await ctx.session.send_progress_notification(
+                token, progress, total, message, related_request_id=ctx.request_id
+            )
+        except Exception:  # noqa: BLE001 - a lost progress notice must not fail the call
+            logger.debug("progress notification dropped", exc_info=True)
+
+    return relay

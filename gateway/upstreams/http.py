@@ -1,0 +1,279 @@
+"""A Streamable-HTTP upstream: pooled keep-alive connections, both protocol eras.
+
+One `HttpConnection` serves every concurrent call to one upstream. On the handshake era it
+holds the `Mcp-Session-Id` and re-initializes when the upstream forgot it (restart); on
+2026-07-28 every request is self-contained.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+from typing import Any
+
+import anyio
+import httpx
+from mcp.shared.inbound import NAME_BEARING_METHODS, encode_header_value
+
+from ..errors import UpstreamInterrupted, UpstreamNotSent, UpstreamRpcError
+from .rpc import CLIENT_INFO, HANDSHAKE_VERSION, MODERN_VERSION, ProgressCallback, deliver_progress, result_or_raise
+
+logger = logging.getLogger(__name__)
+
+_SESSION_HEADER = "mcp-session-id"
+_NOT_SENT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+
+
+class HttpConnection:
+    def __init__(
+        self,
+        name: str,
+        url: str,
+        *,
+        headers: dict[str, str],
+        protocol: str,
+        connect_timeout: float,
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self._name = name
+        self._url = url
+        self._protocol_choice = protocol
+        self._client = client or httpx.AsyncClient(
+            headers=headers,
+            timeout=httpx.Timeout(None, connect=connect_timeout),
+            limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
+        )
+        self._owns_client = client is None
+        self._connect_timeout = connect_timeout
+        self._ids = itertools.count(1)
+        self._version: str | None = None  # negotiated protocol version once ready
+        self._session_id: str | None = None
+        self._ready_lock = anyio.Lock()
+        self._closed = False
+
+    @property
+    def alive(self) -> bool:
+        return not self._closed
+
+    @property
+    def protocol_version(self) -> str | None:
+        return self._version
+
+    async def aclose(self) -> None:
+        self._closed = True
+        if self._session_id is not None:
+            # Courtesy DELETE so a stateful upstream can free the session; failures do not matter.
+            with anyio.move_on_after(2):
+                try:
+                    await self._client.delete(self._url, headers=self._base_headers())
+                except httpx.HTTPError:
+                    pass
+        if self._owns_client:
+            await self._client.aclose()
+
+    async def request(
+        self,
+        method: str,
+        params: dict[str, Any] | None,
+        *,
+        timeout: float,
+        on_progress: ProgressCallback | None = None,
+    ) -> dict[str, Any]:
+        await self._ensure_ready()
+        try:
+            with anyio.fail_after(timeout):
+                return await self._send_request(method, params, on_progress)
+        except _SessionLost:
+            # The upstream never processed the request (unknown session): handshake again, resend once.
+            await self._reset_session()
+            await self._ensure_ready()
+            with anyio.fail_after(timeout):
+                return await self._send_request(method, params, on_progress)
+        except TimeoutError:
+            raise UpstreamInterrupted(self._name, f"no answer within {timeout:g} s") from None
+
+    # -- protocol negotiation -------------------------------------------------------------
+
+    async def _ensure_ready(self) -> None:
+        if self._version is not None:
+            return
+        try:
+            # A server that accepts the connection but never answers the handshake must not
+            # hold the caller longer than the connect timeout; its request was never sent.
+            with anyio.fail_after(self._connect_timeout):
+                await self._negotiate()
+        except TimeoutError:
+            raise UpstreamNotSent(self._name, f"no handshake answer within {self._connect_timeout:g} s") from None
+
+    async def _negotiate(self) -> None:
+        async with self._ready_lock:
+            if self._version is not None:
+                return
+            if self._protocol_choice in ("auto", MODERN_VERSION) and await self._try_modern():
+                self._version = MODERN_VERSION
+                return
+            if self._protocol_choice == MODERN_VERSION:
+                raise UpstreamNotSent(self._name, "the server does not speak protocol 2026-07-28")
+            await self._handshake()
+
+    async def _try_modern(self) -> bool:
+        self._version = MODERN_VERSION  # so the probe is stamped as a modern request
+        try:
+            result = await self._send_request("server/discover", {}, None)
+        except UpstreamRpcError:
+            return False
+        except UpstreamInterrupted:
+            # A handshake-era server may answer the unknown method with an HTTP error status.
+            return False
+        finally:
+            self._version = None
+        return MODERN_VERSION in (result.get("supportedVersions") or [])
+
+    async def _handshake(self) -> None:
+        params = {"protocolVersion": HANDSHAKE_VERSION, "capabilities": {}, "clientInfo": CLIENT_INFO}
+        try:
+            result = await self._post_and_read(self._message("initialize", params), None, capture_session=True)
+        except UpstreamInterrupted as exc:
+            # Nothing but the handshake was sent: the caller's own request never left.
+            raise UpstreamNotSent(self._name, f"initialize failed: {exc.reason}") from None
+        except UpstreamRpcError as exc:
+            raise UpstreamNotSent(self._name, f"initialize refused: {exc.reason}") from None
+        self._version = str(result.get("protocolVersion") or HANDSHAKE_VERSION)
+        await self._notify("notifications/initialized")
+
+    async def _reset_session(self) -> None:
+        async with self._ready_lock:
+            self._version = None
+            self._session_id = None
+
+    async def _notify(self, method: str) -> None:
+        try:
+            response = await self._client.post(
+                self._url, json={"jsonrpc": "2.0", "method": method}, headers=self._base_headers()
+            )
+            await response.aclose()
+        except _NOT_SENT_ERRORS as exc:
+            raise UpstreamNotSent(self._name, f"cannot connect: {exc}") from None
+        except httpx.HTTPError as exc:
+            raise UpstreamNotSent(self._name, f"{method} failed: {exc}") from None
+
+    # -- one exchange ---------------------------------------------------------------------
+
+    def _message(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": next(self._ids), "method": method}
+        if params is not None:
+            message["params"] = params
+        return message
+
+    def _base_headers(self) -> dict[str, str]:
+        headers = {"accept": "application/json, text/event-stream"}
+        if self._version is not None:
+            headers["mcp-protocol-version"] = self._version
+        if self._session_id is not None:
+            headers[_SESSION_HEADER] = self._session_id
+        return headers
+
+    async def _send_request(
+        self, method: str, params: dict[str, Any] | None, on_progress: ProgressCallback | None
+    ) -> dict[str, Any]:
+        message = self._message(method, dict(params) if params is not None else None)
+        if on_progress is not None:
+            meta = dict((message.setdefault("params", {})).get("_meta") or {})
+            meta["progressToken"] = message["id"]
+            message["params"]["_meta"] = meta
+        if self._version == MODERN_VERSION:
+            meta = dict((message.setdefault("params", {})).get("_meta") or {})
+            meta.update(
+                {
+                    "io.modelcontextprotocol/protocolVersion": MODERN_VERSION,
+                    "io.modelcontextprotocol/clientInfo": CLIENT_INFO,
+                    "io.modelcontextprotocol/clientCapabilities": {},
+                }
+            )
+            message["params"]["_meta"] = meta
+        return await self._post_and_read(message, on_progress)
+
+    async def _post_and_read(
+        self, message: dict[str, Any], on_progress: ProgressCallback | None, *, capture_session: bool = False
+    ) -> dict[str, Any]:
+        headers = self._base_headers()
+        if self._version == MODERN_VERSION:
+            method = message["method"]
+            headers["mcp-method"] = method
+            name_key = NAME_BEARING_METHODS.get(method)
+            name = (message.get("params") or {}).get(name_key) if name_key else None
+            if isinstance(name, str):
+                headers["mcp-name"] = encode_header_value(name)
+        body = json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode()
+        headers["content-type"] = "application/json"
+        request = self._client.build_request("POST", self._url, content=body, headers=headers)
+        try:
+            response = await self._client.send(request, stream=True)
+        except _NOT_SENT_ERRORS as exc:
+            raise UpstreamNotSent(self._name, f"cannot connect: {exc!s}" or type(exc).__name__) from None
+        except httpx.HTTPError as exc:
+            raise UpstreamInterrupted(self._name, f"connection broke: {exc!s}" or type(exc).__name__) from None
+        try:
+            if capture_session and (sid := response.headers.get(_SESSION_HEADER)):
+                self._session_id = sid
+            return await self._read_response(response, message["id"], on_progress)
+        except httpx.HTTPError as exc:
+            raise UpstreamInterrupted(self._name, f"connection broke while reading: {exc!s}") from None
+        finally:
+            await response.aclose()
+
+    async def _read_response(
+        self, response: httpx.Response, request_id: int, on_progress: ProgressCallback | None
+    ) -> dict[str, Any]:
+        status = response.status_code
+        content_type = response.headers.get("content-type", "").lower()
+        if status == 404 and self._session_id is not None:
+            raise _SessionLost()
+        if status >= 400 or status == 202:
+            if content_type.startswith("application/json"):
+                body = await response.aread()
+                try:
+                    parsed = json.loads(body)
+                except ValueError:
+                    parsed = None
+                if isinstance(parsed, dict) and "error" in parsed:
+                    return result_or_raise(self._name, parsed)
+            raise UpstreamInterrupted(self._name, f"HTTP status {status}")
+        if content_type.startswith("application/json"):
+            body = await response.aread()
+            try:
+                return result_or_raise(self._name, json.loads(body))
+            except ValueError:
+                raise UpstreamInterrupted(self._name, "unreadable response body (not JSON)") from None
+        if content_type.startswith("text/event-stream"):
+            return await self._read_sse(response, request_id, on_progress)
+        raise UpstreamInterrupted(self._name, f"unexpected content type {content_type or '(none)'!r}")
+
+    async def _read_sse(
+        self, response: httpx.Response, request_id: int, on_progress: ProgressCallback | None
+    ) -> dict[str, Any]:
+        data_lines: list[str] = []
+        async for line in response.aiter_lines():
+            if line.startswith("data:"):
+                data_lines.append(line[5:].removeprefix(" "))
+                continue
+            if line or not data_lines:
+                continue  # event:/id:/retry: fields and keep-alive blank lines
+            payload, data_lines = "\n".join(data_lines), []
+            try:
+                message = json.loads(payload)
+            except ValueError:
+                raise UpstreamInterrupted(self._name, "unreadable SSE event (not JSON)") from None
+            if not isinstance(message, dict):
+                continue
+            if message.get("id") == request_id and ("result" in message or "error" in message):
+                return result_or_raise(self._name, message)
+            if "method" in message and "id" not in message:
+                await deliver_progress(message, on_progress)
+            # Server-to-client requests cannot be answered on a stateless hop; they are dropped.
+        raise UpstreamInterrupted(self._name, "the response stream ended without an answer")
+
+
+class _SessionLost(Exception):
+    """The upstream answered 404 for our session id: it restarted or expired the session."""

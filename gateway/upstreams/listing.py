@@ -1,0 +1,111 @@
+"""Cached listings of one upstream (tools, resources, templates, prompts).
+
+The first listing is awaited, bounded by the connect timeout, so a hung server never delays
+the others; after the TTL the cached list is served while one background refresh runs; a
+server that cannot be listed is left out and not asked again for `failure_backoff` seconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+
+from ..errors import UpstreamError
+from .upstream import Upstream
+
+logger = logging.getLogger(__name__)
+
+
+class ListKind(Enum):
+    TOOLS = ("tools/list", "tools")
+    RESOURCES = ("resources/list", "resources")
+    RESOURCE_TEMPLATES = ("resources/templates/list", "resourceTemplates")
+    PROMPTS = ("prompts/list", "prompts")
+
+    @property
+    def method(self) -> str:
+        return self.value[0]
+
+    @property
+    def key(self) -> str:
+        return self.value[1]
+
+
+@dataclass
+class _Entry:
+    items: list[dict[str, Any]] | None = None
+    fetched_at: float = 0.0
+    failed_at: float | None = None
+    inflight: anyio.Event | None = None
+
+
+@dataclass
+class ListingCache:
+    upstream: Upstream
+    task_group: TaskGroup
+    failure_backoff: float = 30.0
+    clock: Callable[[], float] = time.monotonic
+    # Bumped whenever a listing's content changes: the catalog rebuilds on a new version.
+    version: int = 0
+    _entries: dict[ListKind, _Entry] = field(default_factory=lambda: {k: _Entry() for k in ListKind})
+
+    async def get(self, kind: ListKind) -> list[dict[str, Any]] | None:
+        """The cached items, or None while the server cannot be listed."""
+        entry = self._entries[kind]
+        now = self.clock()
+        if entry.items is not None:
+            stale = now - entry.fetched_at > self.upstream.config.list_ttl_seconds
+            backing_off = entry.failed_at is not None and now - entry.failed_at < self.failure_backoff
+            if stale and entry.inflight is None and not backing_off:
+                self._start_fetch(kind, entry)
+            return entry.items
+        if entry.failed_at is not None and now - entry.failed_at < self.failure_backoff:
+            return None
+        event = entry.inflight or self._start_fetch(kind, entry)
+        with anyio.move_on_after(self.upstream.config.connect_timeout_seconds):
+            await event.wait()
+        return entry.items
+
+    def peek(self, kind: ListKind) -> list[dict[str, Any]] | None:
+        return self._entries[kind].items
+
+    def invalidate(self) -> None:
+        """Mark every listing stale (e.g. after the upstream said its list changed)."""
+        for entry in self._entries.values():
+            entry.fetched_at = float("-inf")
+
+    def _start_fetch(self, kind: ListKind, entry: _Entry) -> anyio.Event:
+        entry.inflight = anyio.Event()
+        self.task_group.start_soon(self._fetch, kind, entry)
+        return entry.inflight
+
+    async def _fetch(self, kind: ListKind, entry: _Entry) -> None:
+        cfg = self.upstream.config
+        try:
+            items = await self.upstream.list_all(
+                kind.method, kind.key, timeout=cfg.connect_timeout_seconds + cfg.call_timeout_seconds
+            )
+        except (UpstreamError, TimeoutError) as exc:
+            entry.failed_at = self.clock()
+            what = "listing failed" if entry.items is None else "refresh failed, serving the cached list"
+            logger.warning("upstream %s: %s %s: %s", self.upstream.name, kind.method, what, exc)
+        except Exception:  # noqa: BLE001 - one bad upstream answer must never stop the gateway
+            entry.failed_at = self.clock()
+            logger.exception("upstream %s: %s failed unexpectedly", self.upstream.name, kind.method)
+        else:
+            if items != entry.items:
+                self.version += 1
+            entry.items = items
+            entry.fetched_at = self.clock()
+            entry.failed_at = None
+        finally:
+            assert entry.inflight is not None
+            entry.inflight.set()
+            entry.inflight = None

@@ -1,0 +1,115 @@
+"""One configured upstream MCP server: its connection (made lazily, remade after a restart)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+
+from ..config import HttpUpstreamConfig, StdioUpstreamConfig
+from ..errors import UpstreamInterrupted, UpstreamNotSent, UpstreamRpcError
+from .http import HttpConnection
+from .rpc import Connection, ProgressCallback
+from .stdio import StdioConnection
+
+logger = logging.getLogger(__name__)
+
+METHOD_NOT_FOUND = -32601
+
+
+class Upstream:
+    def __init__(self, config: StdioUpstreamConfig | HttpUpstreamConfig, task_group: TaskGroup) -> None:
+        self.config = config
+        self.name = config.name
+        self._task_group = task_group
+        self._connection: Connection | None = None
+        self._connect_lock = anyio.Lock()
+
+    async def request(
+        self,
+        method: str,
+        params: dict[str, Any] | None,
+        *,
+        timeout: float | None = None,
+        on_progress: ProgressCallback | None = None,
+    ) -> dict[str, Any]:
+        """One request on the pooled connection; raises UpstreamNotSent/Interrupted/RpcError."""
+        connection = await self._connected()
+        try:
+            return await connection.request(
+                method, params, timeout=timeout or self.config.call_timeout_seconds, on_progress=on_progress
+            )
+        except (UpstreamInterrupted, UpstreamNotSent):
+            if not connection.alive:
+                await self._forget(connection)
+            raise
+
+    async def list_all(self, method: str, key: str, *, timeout: float) -> list[dict[str, Any]]:
+        """Every page of a list method; a server without the method lists nothing."""
+        items: list[dict[str, Any]] = []
+        cursor: str | None = None
+        seen_cursors: set[str] = set()
+        with anyio.fail_after(timeout):
+            while True:
+                try:
+                    page = await self.request(method, {"cursor": cursor} if cursor else None, timeout=timeout)
+                except UpstreamRpcError as exc:
+                    if exc.code == METHOD_NOT_FOUND and not items:
+                        return []
+                    raise
+                entries = page.get(key)
+                if not isinstance(entries, list):
+                    raise UpstreamInterrupted(self.name, f"{method} answer has no {key!r} list")
+                items.extend(e for e in entries if isinstance(e, dict))
+                cursor = page.get("nextCursor")
+                if not cursor:
+                    return items
+                if cursor in seen_cursors:
+                    raise UpstreamInterrupted(self.name, f"{method} repeated cursor {cursor!r}")
+                seen_cursors.add(cursor)
+
+    async def _connected(self) -> Connection:
+        connection = self._connection
+        if connection is not None and connection.alive:
+            return connection
+        async with self._connect_lock:
+            if self._connection is not None and self._connection.alive:
+                return self._connection
+            self._connection = await self._connect()
+            return self._connection
+
+    async def _connect(self) -> Connection:
+        cfg = self.config
+        if isinstance(cfg, StdioUpstreamConfig):
+            logger.info("upstream %s: starting %s", self.name, cfg.command)
+            return await StdioConnection.start(
+                self.name,
+                self._task_group,
+                command=cfg.command,
+                args=cfg.args,
+                env=cfg.env,
+                cwd=cfg.cwd,
+                connect_timeout=cfg.connect_timeout_seconds,
+            )
+        return HttpConnection(
+            self.name,
+            cfg.url,
+            headers=cfg.headers,
+            protocol=cfg.protocol,
+            connect_timeout=cfg.connect_timeout_seconds,
+        )
+
+    async def _forget(self, connection: Connection) -> None:
+        async with self._connect_lock:
+            if self._connection is connection:
+                self._connection = None
+        with anyio.CancelScope(shield=True):
+            await connection.aclose()
+
+    async def aclose(self) -> None:
+        if self._connection is not None:
+            connection, self._connection = self._connection, None
+            with anyio.CancelScope(shield=True):
+                await connection.aclose()
