@@ -110,6 +110,8 @@ class Catalog:
         self._connectors = connectors
         self._on_change = on_change
         self._built = _Built()
+        for cache in self._caches:
+            cache.on_update = self._rebuild_if_changed
 
     # -- reading --------------------------------------------------------------------------
 

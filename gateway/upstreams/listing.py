@@ -54,7 +54,19 @@ class ListingCache:
     clock: Callable[[], float] = time.monotonic
     # Bumped whenever a listing's content changes: the catalog rebuilds on a new version.
     version: int = 0
+    # Called after a fetch changed a listing (the catalog rebuilds and notifies sessions).
+    on_update: Callable[[], None] | None = None
     _entries: dict[ListKind, _Entry] = field(default_factory=lambda: {k: _Entry() for k in ListKind})
+
+    def __post_init__(self) -> None:
+        self.upstream.list_changed_listeners.append(self.refresh_now)
+
+    def refresh_now(self) -> None:
+        """The upstream said a list changed: refetch every listing we hold, in the background."""
+        for kind, entry in self._entries.items():
+            entry.fetched_at = float("-inf")
+            if entry.items is not None and entry.inflight is None:
+                self._start_fetch(kind, entry)
 
     async def get(self, kind: ListKind) -> list[dict[str, Any]] | None:
         """The cached items, or None while the server cannot be listed."""
@@ -76,11 +88,6 @@ class ListingCache:
     def peek(self, kind: ListKind) -> list[dict[str, Any]] | None:
         return self._entries[kind].items
 
-    def invalidate(self) -> None:
-        """Mark every listing stale (e.g. after the upstream said its list changed)."""
-        for entry in self._entries.values():
-            entry.fetched_at = float("-inf")
-
     def _start_fetch(self, kind: ListKind, entry: _Entry) -> anyio.Event:
         entry.inflight = anyio.Event()
         self.task_group.start_soon(self._fetch, kind, entry)
@@ -100,11 +107,14 @@ class ListingCache:
             entry.failed_at = self.clock()
             logger.exception("upstream %s: %s failed unexpectedly", self.upstream.name, kind.method)
         else:
-            if items != entry.items:
-                self.version += 1
+            changed = items != entry.items
             entry.items = items
             entry.fetched_at = self.clock()
             entry.failed_at = None
+            if changed:
+                self.version += 1
+                if self.on_update is not None:
+                    self.on_update()
         finally:
             assert entry.inflight is not None
             entry.inflight.set()

@@ -11,6 +11,7 @@ import itertools
 import json
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +28,9 @@ logger = logging.getLogger(__name__)
 # Answers to requests an upstream may send us; anything else gets "method not found".
 _SERVER_REQUEST_ANSWERS: dict[str, dict[str, Any]] = {"ping": {}, "roots/list": {"roots": []}}
 _MAX_LINE = 64 * 1024 * 1024
+_LIST_CHANGED = frozenset(
+    {"notifications/tools/list_changed", "notifications/prompts/list_changed", "notifications/resources/list_changed"}
+)
 
 
 @dataclass
@@ -39,8 +43,11 @@ class _Pending:
 class StdioConnection:
     """A started, initialized child process. Create with `await StdioConnection.start(...)`."""
 
-    def __init__(self, name: str, process: Process, task_group: TaskGroup) -> None:
+    def __init__(
+        self, name: str, process: Process, task_group: TaskGroup, on_list_changed: Callable[[], None] | None = None
+    ) -> None:
         self._name = name
+        self._on_list_changed = on_list_changed
         self._process = process
         self._ids = itertools.count(1)
         self._pending: dict[int, _Pending] = {}
@@ -62,6 +69,7 @@ class StdioConnection:
         env: dict[str, str],
         cwd: str | None,
         connect_timeout: float,
+        on_list_changed: Callable[[], None] | None = None,
     ) -> "StdioConnection":
         # A safe default environment (PATH, HOME, ...) plus the configured variables: the
         # gateway's own secrets are not handed to every child process.
@@ -72,7 +80,7 @@ class StdioConnection:
             )
         except OSError as exc:
             raise UpstreamNotSent(name, f"cannot start {command!r}: {exc.strerror or exc}") from None
-        conn = cls(name, process, task_group)
+        conn = cls(name, process, task_group, on_list_changed)
         try:
             with anyio.fail_after(connect_timeout):
                 result = await conn._call(
@@ -177,6 +185,8 @@ class StdioConnection:
         if "method" in message:
             if "id" in message:
                 await self._answer_server_request(message)
+            elif message["method"] in _LIST_CHANGED and self._on_list_changed is not None:
+                self._on_list_changed()
             elif message["method"] == "notifications/progress":
                 token = (message.get("params") or {}).get("progressToken")
                 pending = self._pending.get(token) if isinstance(token, int) else None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -26,6 +27,8 @@ class Upstream:
         self._task_group = task_group
         self._connection: Connection | None = None
         self._connect_lock = anyio.Lock()
+        # Called when the upstream says one of its lists changed (listing caches refresh).
+        self.list_changed_listeners: list[Callable[[], None]] = []
 
     async def request(
         self,
@@ -92,6 +95,7 @@ class Upstream:
                 env=cfg.env,
                 cwd=cfg.cwd,
                 connect_timeout=cfg.connect_timeout_seconds,
+                on_list_changed=self._list_changed,
             )
         return HttpConnection(
             self.name,
@@ -100,6 +104,10 @@ class Upstream:
             protocol=cfg.protocol,
             connect_timeout=cfg.connect_timeout_seconds,
         )
+
+    def _list_changed(self) -> None:
+        for listener in self.list_changed_listeners:
+            listener()
 
     async def _forget(self, connection: Connection) -> None:
         async with self._connect_lock:

@@ -1,0 +1,298 @@
+"""Where admin-API registrations live, shared by every replica that uses the same database.
+
+URLs are those of `fences.store` (one database for both; the tables here are our own):
+
+    memory://                    in-process, unit tests only (not shared)
+    sqlite:///relative.db        one file (sqlite:////abs.db for absolute paths)
+    postgresql://user@host/db    replicas; query: schema=NAME, pool_min=N, pool_max=N, rest to asyncpg
+
+A version row counts changes: every add/remove bumps it in the same transaction, so a replica
+polls one small row to notice another's change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import sqlite3
+from datetime import UTC, datetime
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import anyio
+from pydantic import BaseModel, ConfigDict
+
+if TYPE_CHECKING:
+    import asyncpg
+
+REGISTRATIONS_TABLE = "dex_connector_registrations"
+VERSION_TABLE = "dex_connector_registry_version"
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+
+
+class StoredRegistration(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    connector_id: str
+    filename: str
+    manifest: str
+    binding: dict[str, Any] | None
+    created_at: str
+    updated_at: str
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+class RegistrationStore(Protocol):
+    async def open(self) -> None: ...
+    async def close(self) -> None: ...
+    async def version(self) -> int: ...
+    async def all(self) -> list[StoredRegistration]: ...
+    async def put(self, record: StoredRegistration) -> int:
+        """Insert or replace by connector id (keeping created_at); the new version."""
+        ...
+    async def delete(self, connector_id: str) -> int | None:
+        """The new version, or None when there was no such registration."""
+        ...
+
+
+def open_registration_store(url: str) -> RegistrationStore:
+    scheme = urlsplit(url).scheme.lower()
+    if scheme == "memory":
+        return MemoryRegistrationStore()
+    if scheme == "sqlite":
+        return SqliteRegistrationStore.from_url(url)
+    if scheme in ("postgresql", "postgres"):
+        return PostgresRegistrationStore.from_url(url)
+    raise ValueError(f"unsupported store URL scheme {scheme!r}: use memory://, sqlite:///PATH or postgresql://…")
+
+
+class MemoryRegistrationStore:
+    def __init__(self) -> None:
+        self._rows: dict[str, StoredRegistration] = {}
+        self._version = 0
+
+    async def open(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    async def version(self) -> int:
+        return self._version
+
+    async def all(self) -> list[StoredRegistration]:
+        return [self._rows[k] for k in sorted(self._rows)]
+
+    async def put(self, record: StoredRegistration) -> int:
+        old = self._rows.get(record.connector_id)
+        if old is not None:
+            record = record.model_copy(update={"created_at": old.created_at})
+        self._rows[record.connector_id] = record
+        self._version += 1
+        return self._version
+
+    async def delete(self, connector_id: str) -> int | None:
+        if self._rows.pop(connector_id, None) is None:
+            return None
+        self._version += 1
+        return self._version
+
+
+class SqliteRegistrationStore:
+    """stdlib sqlite3 in a worker thread (never on the event loop), one connection per
+    operation so no connection is shared across threads; WAL lets replicas read while
+    another writes."""
+
+    def __init__(self, path: str, *, busy_timeout_ms: int = 10_000) -> None:
+        self.path = Path(path)
+        self.busy_timeout_ms = busy_timeout_ms
+        self._limiter = anyio.CapacityLimiter(4)
+
+    @classmethod
+    def from_url(cls, url: str) -> "SqliteRegistrationStore":
+        rest = url.split("://", 1)[1]
+        rest, _, query = rest.partition("?")
+        if not rest.startswith("/") or len(rest) < 2:
+            raise ValueError(f"sqlite URL needs a path: sqlite:///relative.db or sqlite:////abs.db, got {url!r}")
+        options = dict(parse_qsl(query))
+        return cls(rest[1:], busy_timeout_ms=int(options.get("busy_timeout_ms", 10_000)))
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, timeout=self.busy_timeout_ms / 1000, isolation_level=None)
+        conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+        return conn
+
+    async def _run(self, fn: Any, *args: Any) -> Any:
+        return await anyio.to_thread.run_sync(partial(self._with_conn, fn, *args), limiter=self._limiter)
+
+    def _with_conn(self, fn: Any, *args: Any) -> Any:
+        conn = self._connect()
+        try:
+            return fn(conn, *args)
+        finally:
+            conn.close()
+
+    async def open(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        await self._run(self._migrate)
+
+    @staticmethod
+    def _migrate(conn: sqlite3.Connection) -> None:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(
+            f"CREATE TABLE IF NOT EXISTS {REGISTRATIONS_TABLE} (connector_id TEXT PRIMARY KEY, filename TEXT NOT NULL,"
+            " manifest TEXT NOT NULL, binding TEXT, created_at TEXT NOT NULL, updated_at TEXT NOT NULL)"
+        )
+        conn.execute(f"CREATE TABLE IF NOT EXISTS {VERSION_TABLE} (id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER NOT NULL)")
+        conn.execute(f"INSERT OR IGNORE INTO {VERSION_TABLE} (id, version) VALUES (1, 0)")
+        conn.execute("COMMIT")
+
+    async def close(self) -> None:
+        return None
+
+    async def version(self) -> int:
+        return await self._run(lambda c: c.execute(f"SELECT version FROM {VERSION_TABLE} WHERE id = 1").fetchone()[0])
+
+    async def all(self) -> list[StoredRegistration]:
+        rows = await self._run(lambda c: c.execute(
+            f"SELECT connector_id, filename, manifest, binding, created_at, updated_at FROM {REGISTRATIONS_TABLE} ORDER BY connector_id"
+        ).fetchall())
+        return [_from_row(r) for r in rows]
+
+    async def put(self, record: StoredRegistration) -> int:
+        return await self._run(self._put, record)
+
+    @staticmethod
+    def _put(conn: sqlite3.Connection, r: StoredRegistration) -> int:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute(
+                f"INSERT INTO {REGISTRATIONS_TABLE} VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (connector_id) DO UPDATE SET"
+                " filename = excluded.filename, manifest = excluded.manifest, binding = excluded.binding,"
+                " updated_at = excluded.updated_at",
+                (r.connector_id, r.filename, r.manifest, _binding_text(r), r.created_at, r.updated_at),
+            )
+            version = conn.execute(f"UPDATE {VERSION_TABLE} SET version = version + 1 WHERE id = 1 RETURNING version").fetchone()[0]
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return int(version)
+
+    async def delete(self, connector_id: str) -> int | None:
+        return await self._run(self._delete, connector_id)
+
+    @staticmethod
+    def _delete(conn: sqlite3.Connection, connector_id: str) -> int | None:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            gone = conn.execute(f"DELETE FROM {REGISTRATIONS_TABLE} WHERE connector_id = ?", (connector_id,)).rowcount
+            version = None
+            if gone:
+                version = conn.execute(f"UPDATE {VERSION_TABLE} SET version = version + 1 WHERE id = 1 RETURNING version").fetchone()[0]
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return int(version) if version is not None else None
+
+
+class PostgresRegistrationStore:
+    def __init__(self, dsn: str, *, schema: str = "public", pool_min: int = 1, pool_max: int = 4) -> None:
+        if not _IDENT.match(schema):
+            raise ValueError(f"invalid PostgreSQL schema name {schema!r}")
+        self.dsn = dsn
+        self.schema = schema
+        self.pool_min = pool_min
+        self.pool_max = pool_max
+        self._pool: asyncpg.Pool | None = None
+        self._regs = f'"{schema}".{REGISTRATIONS_TABLE}'
+        self._version = f'"{schema}".{VERSION_TABLE}'
+
+    @classmethod
+    def from_url(cls, url: str) -> "PostgresRegistrationStore":
+        parts = urlsplit(url)
+        query = dict(parse_qsl(parts.query))
+        schema = query.pop("schema", "public")
+        pool_min = int(query.pop("pool_min", 1))
+        pool_max = min(int(query.pop("pool_max", 4)), 4)  # a poll and an admin call at a time
+        dsn = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(query), parts.fragment))
+        return cls(dsn, schema=schema, pool_min=min(pool_min, pool_max), pool_max=pool_max)
+
+    def _pool_or_fail(self) -> "asyncpg.Pool":
+        if self._pool is None:
+            raise RuntimeError("registration store is not open")
+        return self._pool
+
+    async def open(self) -> None:
+        import asyncpg  # only the PostgreSQL path loads the driver
+
+        if self._pool is not None:
+            return
+        pool = await asyncpg.create_pool(self.dsn, min_size=self.pool_min, max_size=self.pool_max)
+        try:
+            async with pool.acquire() as conn, conn.transaction():
+                # Replicas starting together would race on CREATE TABLE IF NOT EXISTS.
+                lock = int.from_bytes(hashlib.sha256(f"dex connectors {self.schema}".encode()).digest()[:8], "big", signed=True)
+                await conn.execute("SELECT pg_advisory_xact_lock($1)", lock)
+                await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
+                await conn.execute(
+                    f"CREATE TABLE IF NOT EXISTS {self._regs} (connector_id text PRIMARY KEY, filename text NOT NULL,"
+                    " manifest text NOT NULL, binding text, created_at text NOT NULL, updated_at text NOT NULL)"
+                )
+                await conn.execute(f"CREATE TABLE IF NOT EXISTS {self._version} (id integer PRIMARY KEY CHECK (id = 1), version bigint NOT NULL)")
+                await conn.execute(f"INSERT INTO {self._version} (id, version) VALUES (1, 0) ON CONFLICT DO NOTHING")
+        except BaseException:
+            await pool.close()
+            raise
+        self._pool = pool
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            await pool.close()
+
+    async def version(self) -> int:
+        return int(await self._pool_or_fail().fetchval(f"SELECT version FROM {self._version} WHERE id = 1"))
+
+    async def all(self) -> list[StoredRegistration]:
+        rows = await self._pool_or_fail().fetch(
+            f"SELECT connector_id, filename, manifest, binding, created_at, updated_at FROM {self._regs} ORDER BY connector_id"
+        )
+        return [_from_row(tuple(r)) for r in rows]
+
+    async def put(self, r: StoredRegistration) -> int:
+        async with self._pool_or_fail().acquire() as conn, conn.transaction():
+            await conn.execute(
+                f"INSERT INTO {self._regs} VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (connector_id) DO UPDATE SET"
+                " filename = excluded.filename, manifest = excluded.manifest, binding = excluded.binding,"
+                " updated_at = excluded.updated_at",
+                r.connector_id, r.filename, r.manifest, _binding_text(r), r.created_at, r.updated_at,
+            )
+            return int(await conn.fetchval(f"UPDATE {self._version} SET version = version + 1 WHERE id = 1 RETURNING version"))
+
+    async def delete(self, connector_id: str) -> int | None:
+        async with self._pool_or_fail().acquire() as conn, conn.transaction():
+            gone = await conn.fetchval(f"DELETE FROM {self._regs} WHERE connector_id = $1 RETURNING connector_id", connector_id)
+            if gone is None:
+                return None
+            return int(await conn.fetchval(f"UPDATE {self._version} SET version = version + 1 WHERE id = 1 RETURNING version"))
+
+
+def _binding_text(r: StoredRegistration) -> str | None:
+    return json.dumps(r.binding, sort_keys=True) if r.binding is not None else None
+
+
+def _from_row(row: tuple[Any, ...]) -> StoredRegistration:
+    connector_id, filename, manifest, binding, created_at, updated_at = row
+    return StoredRegistration(
+        connector_id=connector_id, filename=filename, manifest=manifest,
+        binding=json.loads(binding) if binding else None, created_at=created_at, updated_at=updated_at,
+    )

@@ -1,0 +1,231 @@
+"""The shared fence store: PostgreSQL through an asyncpg pool, for several gateway replicas.
+
+Schema: table `dex_fences` plus `dex_fences_schema` holding one version row, in the
+PostgreSQL schema named by `?schema=` (default `public`). `open()` creates or checks them
+under a transaction-scoped advisory lock, so replicas starting at the same moment neither
+fail on concurrent `CREATE ... IF NOT EXISTS` nor see a half-built schema.
+
+Each operation is one statement, atomic at READ COMMITTED: the conditional UPDATE/DELETE
+re-checks its WHERE clause on the latest row version, which is the compare-and-set.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from types import TracebackType
+from typing import Any, Self
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import asyncpg
+
+from ..records import COLUMNS, FenceRecord, FenceState, FenceStats, Owner, dump_answer, record_from_row, record_to_row
+
+SCHEMA_VERSION = 1
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+_COLS = ", ".join(COLUMNS)
+
+
+def _lock_key(schema: str) -> int:
+    # A stable signed 64-bit advisory lock id per PostgreSQL schema.
+    return int.from_bytes(hashlib.sha256(f"dex-gateway fences {schema}".encode()).digest()[:8], "big", signed=True)
+
+
+class PostgresFenceStore:
+    def __init__(self, dsn: str, *, schema: str = "public", pool_min: int = 1, pool_max: int = 10) -> None:
+        if not _IDENT.match(schema):
+            raise ValueError(f"invalid PostgreSQL schema name {schema!r}")
+        self.dsn = dsn
+        self.schema = schema
+        self.pool_min = pool_min
+        self.pool_max = pool_max
+        self._pool: asyncpg.Pool | None = None
+        self._t = f'"{schema}".dex_fences'
+        self._held = "fence_id = ${0} AND state = 'pending' AND owner_replica = ${1} AND owner_boot = ${2} AND attempts = ${3}"
+
+    @classmethod
+    def from_url(cls, url: str) -> "PostgresFenceStore":
+        parts = urlsplit(url)
+        query = dict(parse_qsl(parts.query))
+        schema = query.pop("schema", "public")
+        pool_min = int(query.pop("pool_min", 1))
+        pool_max = int(query.pop("pool_max", 10))
+        dsn = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(query), parts.fragment))
+        return cls(dsn, schema=schema, pool_min=pool_min, pool_max=pool_max)
+
+    def _cas(self, first: int) -> str:
+        return self._held.format(first, first + 1, first + 2, first + 3)
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def open(self) -> None:
+        if self._pool is not None:
+            return
+        pool = await asyncpg.create_pool(self.dsn, min_size=self.pool_min, max_size=self.pool_max)
+        try:
+            async with pool.acquire() as conn:
+                await self._migrate(conn)
+        except BaseException:
+            await pool.close()
+            raise
+        self._pool = pool
+
+    async def _migrate(self, conn: asyncpg.Connection) -> None:
+        s = f'"{self.schema}"'
+        async with conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock($1)", _lock_key(self.schema))
+            await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")
+            await conn.execute(f"CREATE TABLE IF NOT EXISTS {s}.dex_fences_schema (version integer NOT NULL)")
+            version = await conn.fetchval(f"SELECT max(version) FROM {s}.dex_fences_schema")
+            if version is not None and version > SCHEMA_VERSION:
+                raise RuntimeError(
+                    f"fence schema {self.schema} is at version {version}; this gateway knows up to {SCHEMA_VERSION}"
+                )
+            if version is None or version < SCHEMA_VERSION:
+                await conn.execute(
+                    f"""
+                    CREATE TABLE IF NOT EXISTS {self._t} (
+                        fence_id      text PRIMARY KEY,
+                        principal     text NOT NULL,
+                        fingerprint   text NOT NULL,
+                        tool          text NOT NULL,
+                        effect        text NOT NULL,
+                        state         text NOT NULL CHECK (state IN ('pending', 'done', 'unknown')),
+                        owner_replica text,
+                        owner_boot    text,
+                        lease_until   double precision,
+                        answer        text,
+                        created_at    double precision NOT NULL,
+                        updated_at    double precision NOT NULL,
+                        attempts      integer NOT NULL
+                    )"""
+                )
+                await conn.execute(f"CREATE INDEX IF NOT EXISTS dex_fences_state_updated ON {self._t} (state, updated_at)")
+                await conn.execute(f"DELETE FROM {s}.dex_fences_schema")
+                await conn.execute(f"INSERT INTO {s}.dex_fences_schema (version) VALUES ($1)", SCHEMA_VERSION)
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            await pool.close()
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        if self._pool is None:
+            raise RuntimeError("fence store is not open")
+        return self._pool
+
+    @staticmethod
+    def _one(status: str) -> bool:
+        # asyncpg returns the command tag, e.g. "UPDATE 1" / "DELETE 0".
+        return status.rsplit(" ", 1)[-1] == "1"
+
+    # -- operations --------------------------------------------------------------------
+
+    async def insert_if_absent(self, record: FenceRecord) -> tuple[bool, FenceRecord]:
+        row = record_to_row(record)
+        placeholders = ", ".join(f"${i}" for i in range(1, len(COLUMNS) + 1))
+        while True:
+            inserted = await self.pool.fetchval(
+                f"INSERT INTO {self._t} ({_COLS}) VALUES ({placeholders}) ON CONFLICT (fence_id) DO NOTHING RETURNING true",
+                *row,
+            )
+            if inserted:
+                return True, record
+            existing = await self.get(record.fence_id)
+            # Deleted between the two statements (released or swept): try the insert again.
+            if existing is not None:
+                return False, existing
+
+    async def get(self, fence_id: str) -> FenceRecord | None:
+        row = await self.pool.fetchrow(f"SELECT {_COLS} FROM {self._t} WHERE fence_id = $1", fence_id)
+        return None if row is None else record_from_row(row)
+
+    async def take_over(
+        self, fence_id: str, *, expected: Owner, attempts: int, owner: Owner, lease_until: float, now: float
+    ) -> bool:
+        status = await self.pool.execute(
+            f"UPDATE {self._t} SET owner_replica = $1, owner_boot = $2, lease_until = $3, attempts = attempts + 1,"
+            f" updated_at = $4 WHERE {self._cas(5)}",
+            owner.replica_id, owner.boot_id, lease_until, now,
+            fence_id, expected.replica_id, expected.boot_id, attempts,
+        )
+        return self._one(status)
+
+    async def renew(self, fence_id: str, *, owner: Owner, attempts: int, lease_until: float, now: float) -> bool:
+        status = await self.pool.execute(
+            f"UPDATE {self._t} SET lease_until = $1, updated_at = $2 WHERE {self._cas(3)}",
+            lease_until, now, fence_id, owner.replica_id, owner.boot_id, attempts,
+        )
+        return self._one(status)
+
+    async def finish(
+        self,
+        fence_id: str,
+        *,
+        expected: Owner,
+        attempts: int,
+        state: FenceState,
+        answer: dict[str, Any] | None,
+        now: float,
+    ) -> bool:
+        if state is FenceState.PENDING:
+            raise ValueError("finish() moves a fence to done or unknown, not pending")
+        status = await self.pool.execute(
+            f"UPDATE {self._t} SET state = $1, answer = $2, lease_until = NULL, updated_at = $3 WHERE {self._cas(4)}",
+            state.value, dump_answer(answer), now, fence_id, expected.replica_id, expected.boot_id, attempts,
+        )
+        return self._one(status)
+
+    async def delete_if_owner(self, fence_id: str, *, owner: Owner, attempts: int) -> bool:
+        status = await self.pool.execute(
+            f"DELETE FROM {self._t} WHERE {self._cas(1)}", fence_id, owner.replica_id, owner.boot_id, attempts
+        )
+        return self._one(status)
+
+    async def sweep(self, cutoff: float) -> int:
+        status = await self.pool.execute(
+            f"DELETE FROM {self._t} WHERE (state <> 'pending' AND updated_at < $1) OR (state = 'pending' AND lease_until < $1)",
+            cutoff,
+        )
+        return int(status.rsplit(" ", 1)[-1])
+
+    async def stats(self) -> FenceStats:
+        async with self.pool.acquire() as conn:
+            counts = {r["state"]: r["n"] for r in await conn.fetch(f"SELECT state, count(*) AS n FROM {self._t} GROUP BY state")}
+            bounds = await conn.fetchrow(f"SELECT min(updated_at) AS lo, max(updated_at) AS hi FROM {self._t}")
+        return FenceStats(
+            total=sum(counts.values()),
+            pending=counts.get("pending", 0),
+            done=counts.get("done", 0),
+            unknown=counts.get("unknown", 0),
+            oldest_updated_at=bounds["lo"],
+            newest_updated_at=bounds["hi"],
+        )
+
+    async def list_records(
+        self, *, state: FenceState | None = None, principal: str | None = None, limit: int = 100
+    ) -> list[FenceRecord]:
+        where: list[str] = []
+        params: list[Any] = []
+        if state is not None:
+            params.append(state.value)
+            where.append(f"state = ${len(params)}")
+        if principal is not None:
+            params.append(principal)
+            where.append(f"principal = ${len(params)}")
+        params.append(int(limit))
+        sql = (
+            f"SELECT {_COLS} FROM {self._t} {'WHERE ' + ' AND '.join(where) if where else ''}"
+            f" ORDER BY updated_at DESC LIMIT ${len(params)}"
+        )
+        return [record_from_row(r) for r in await self.pool.fetch(sql, *params)]

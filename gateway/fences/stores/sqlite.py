@@ -1,0 +1,271 @@
+"""The embedded fence store: one SQLite file in WAL mode.
+
+Durability choice: `synchronous=NORMAL` in WAL mode. A commit is written to the WAL with
+write(2) before `COMMIT` returns, so it is in the OS page cache and survives the gateway
+process being killed at any instant (the crash the fences exist for). Only an OS crash or
+power loss can drop the last commits, because the WAL is fsynced at checkpoints rather
+than at every commit. Deployments that need that guarantee too set `?synchronous=FULL`
+in the URL (an fsync per commit, a few ms on most disks).
+
+All SQL runs on one connection serialized by a capacity limiter of 1, so the connection
+is only ever used by one worker thread at a time. Every write is `BEGIN IMMEDIATE`: the
+write lock is taken before anything is read, so two processes on one file never act on a
+stale read (no SQLITE_BUSY_SNAPSHOT upgrades), and `busy_timeout` makes them queue.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self, TypeVar
+from urllib.parse import parse_qsl
+
+import anyio
+import anyio.to_thread
+
+from ..records import (
+    COLUMNS,
+    FenceRecord,
+    FenceState,
+    FenceStats,
+    Owner,
+    dump_answer,
+    record_from_row,
+    record_to_row,
+)
+
+SCHEMA_VERSION = 1
+_SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
+_COLS = ", ".join(COLUMNS)
+_HELD = "fence_id = ? AND state = 'pending' AND owner_replica = ? AND owner_boot = ? AND attempts = ?"
+
+T = TypeVar("T")
+
+_SCHEMA_V1 = """
+CREATE TABLE IF NOT EXISTS fences (
+    fence_id      TEXT PRIMARY KEY,
+    principal     TEXT NOT NULL,
+    fingerprint   TEXT NOT NULL,
+    tool          TEXT NOT NULL,
+    effect        TEXT NOT NULL,
+    state         TEXT NOT NULL CHECK (state IN ('pending', 'done', 'unknown')),
+    owner_replica TEXT,
+    owner_boot    TEXT,
+    lease_until   REAL,
+    answer        TEXT,
+    created_at    REAL NOT NULL,
+    updated_at    REAL NOT NULL,
+    attempts      INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS fences_state_updated ON fences (state, updated_at);
+"""
+
+
+class SqliteFenceStore:
+    def __init__(self, path: str | Path, *, synchronous: str = "NORMAL", busy_timeout_ms: int = 10_000) -> None:
+        if synchronous.upper() not in _SYNCHRONOUS:
+            raise ValueError(f"sqlite synchronous must be one of {', '.join(_SYNCHRONOUS)}, not {synchronous!r}")
+        self.path = Path(path)
+        self.synchronous = synchronous.upper()
+        self.busy_timeout_ms = busy_timeout_ms
+        self._conn: sqlite3.Connection | None = None
+        self._limiter = anyio.CapacityLimiter(1)
+
+    @classmethod
+    def from_url(cls, url: str) -> "SqliteFenceStore":
+        rest = url.split("://", 1)[1]
+        rest, _, query = rest.partition("?")
+        # sqlite:///rel.db → "/rel.db" → "rel.db"; sqlite:////abs.db → "//abs.db" → "/abs.db"
+        if not rest.startswith("/") or len(rest) < 2:
+            raise ValueError(f"sqlite fence store URL needs a path: sqlite:///relative.db or sqlite:////abs.db, got {url!r}")
+        options = dict(parse_qsl(query))
+        unknown = set(options) - {"synchronous", "busy_timeout_ms"}
+        if unknown:
+            raise ValueError(f"unknown sqlite fence store options: {', '.join(sorted(unknown))}")
+        return cls(
+            rest[1:],
+            synchronous=options.get("synchronous", "NORMAL"),
+            busy_timeout_ms=int(options.get("busy_timeout_ms", 10_000)),
+        )
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def open(self) -> None:
+        if self._conn is None:
+            await self._run(self._open_sync, need_conn=False)
+
+    def _open_sync(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # isolation_level=None: no implicit transactions; we issue BEGIN IMMEDIATE ourselves.
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=self.busy_timeout_ms / 1000)
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise RuntimeError(f"could not put {self.path} in WAL mode (got {mode!r})")
+            conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                version = conn.execute("PRAGMA user_version").fetchone()[0]
+                if version > SCHEMA_VERSION:
+                    raise RuntimeError(
+                        f"fence store {self.path} has schema version {version}; this gateway knows up to {SCHEMA_VERSION}"
+                    )
+                if version < SCHEMA_VERSION:
+                    # One statement at a time: executescript() would COMMIT our transaction.
+                    for statement in filter(None, (s.strip() for s in _SCHEMA_V1.split(";"))):
+                        conn.execute(statement)
+                    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            await self._run(self._close_sync)
+
+    def _close_sync(self) -> None:
+        assert self._conn is not None
+        self._conn.close()
+        self._conn = None
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    # -- plumbing ----------------------------------------------------------------------
+
+    async def _run(self, fn: Callable[[], T], *, need_conn: bool = True) -> T:
+        if need_conn and self._conn is None:
+            raise RuntimeError("fence store is not open")
+        # Not abandoned on cancel: a transaction always finishes (commit or rollback)
+        # before the connection is used again.
+        return await anyio.to_thread.run_sync(fn, limiter=self._limiter)
+
+    def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        conn = self._conn
+        assert conn is not None
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            result = fn(conn)
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+        return result
+
+    def _update(self, sql: str, params: tuple[Any, ...]) -> bool:
+        return self._write(lambda c: c.execute(sql, params).rowcount == 1)
+
+    # -- operations --------------------------------------------------------------------
+
+    async def insert_if_absent(self, record: FenceRecord) -> tuple[bool, FenceRecord]:
+        row = record_to_row(record)
+
+        def op(conn: sqlite3.Connection) -> tuple[bool, FenceRecord]:
+            cur = conn.execute(
+                f"INSERT INTO fences ({_COLS}) VALUES ({', '.join('?' * len(COLUMNS))}) ON CONFLICT (fence_id) DO NOTHING",
+                row,
+            )
+            if cur.rowcount == 1:
+                return True, record
+            existing = conn.execute(f"SELECT {_COLS} FROM fences WHERE fence_id = ?", (record.fence_id,)).fetchone()
+            return False, record_from_row(existing)
+
+        return await self._run(lambda: self._write(op))
+
+    async def get(self, fence_id: str) -> FenceRecord | None:
+        def op() -> FenceRecord | None:
+            assert self._conn is not None
+            row = self._conn.execute(f"SELECT {_COLS} FROM fences WHERE fence_id = ?", (fence_id,)).fetchone()
+            return None if row is None else record_from_row(row)
+
+        return await self._run(op)
+
+    async def take_over(
+        self, fence_id: str, *, expected: Owner, attempts: int, owner: Owner, lease_until: float, now: float
+    ) -> bool:
+        sql = f"UPDATE fences SET owner_replica = ?, owner_boot = ?, lease_until = ?, attempts = attempts + 1, updated_at = ? WHERE {_HELD}"
+        params = (owner.replica_id, owner.boot_id, lease_until, now, fence_id, expected.replica_id, expected.boot_id, attempts)
+        return await self._run(lambda: self._update(sql, params))
+
+    async def renew(self, fence_id: str, *, owner: Owner, attempts: int, lease_until: float, now: float) -> bool:
+        sql = f"UPDATE fences SET lease_until = ?, updated_at = ? WHERE {_HELD}"
+        params = (lease_until, now, fence_id, owner.replica_id, owner.boot_id, attempts)
+        return await self._run(lambda: self._update(sql, params))
+
+    async def finish(
+        self,
+        fence_id: str,
+        *,
+        expected: Owner,
+        attempts: int,
+        state: FenceState,
+        answer: dict[str, Any] | None,
+        now: float,
+    ) -> bool:
+        if state is FenceState.PENDING:
+            raise ValueError("finish() moves a fence to done or unknown, not pending")
+        sql = f"UPDATE fences SET state = ?, answer = ?, lease_until = NULL, updated_at = ? WHERE {_HELD}"
+        params = (state.value, dump_answer(answer), now, fence_id, expected.replica_id, expected.boot_id, attempts)
+        return await self._run(lambda: self._update(sql, params))
+
+    async def delete_if_owner(self, fence_id: str, *, owner: Owner, attempts: int) -> bool:
+        sql = f"DELETE FROM fences WHERE {_HELD}"
+        params = (fence_id, owner.replica_id, owner.boot_id, attempts)
+        return await self._run(lambda: self._update(sql, params))
+
+    async def sweep(self, cutoff: float) -> int:
+        sql = (
+            "DELETE FROM fences WHERE (state != 'pending' AND updated_at < ?)"
+            " OR (state = 'pending' AND lease_until < ?)"
+        )
+        return await self._run(lambda: self._write(lambda c: c.execute(sql, (cutoff, cutoff)).rowcount))
+
+    async def stats(self) -> FenceStats:
+        def op() -> FenceStats:
+            assert self._conn is not None
+            counts = dict(self._conn.execute("SELECT state, count(*) FROM fences GROUP BY state").fetchall())
+            oldest, newest = self._conn.execute("SELECT min(updated_at), max(updated_at) FROM fences").fetchone()
+            return FenceStats(
+                total=sum(counts.values()),
+                pending=counts.get("pending", 0),
+                done=counts.get("done", 0),
+                unknown=counts.get("unknown", 0),
+                oldest_updated_at=oldest,
+                newest_updated_at=newest,
+            )
+
+        return await self._run(op)
+
+    async def list_records(
+        self, *, state: FenceState | None = None, principal: str | None = None, limit: int = 100
+    ) -> list[FenceRecord]:
+        where: list[str] = []
+        params: list[Any] = []
+        if state is not None:
+            where.append("state = ?")
+            params.append(state.value)
+        if principal is not None:
+            where.append("principal = ?")
+            params.append(principal)
+        sql = f"SELECT {_COLS} FROM fences {'WHERE ' + ' AND '.join(where) if where else ''} ORDER BY updated_at DESC LIMIT ?"
+        params.append(int(limit))
+
+        def op() -> list[FenceRecord]:
+            assert self._conn is not None
+            return [record_from_row(r) for r in self._conn.execute(sql, params).fetchall()]
+
+        return await self._run(op)
