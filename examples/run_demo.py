@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -33,13 +34,20 @@ def main() -> int:
 
     state = ROOT / "var" / "demo"
     state.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "DEX_EXAMPLE_STATE_DIR": str(state), "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    # A throwaway token shared by the demo connector service and the gateway's bindings.
+    demo_token = secrets.token_hex(16)
+    env = {
+        **os.environ,
+        "DEX_EXAMPLE_STATE_DIR": str(state),
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "DEX_EXAMPLE_CONNECTOR_TOKEN": demo_token,
+        "BILLING_TOKEN": demo_token,
+        "TICKETS_TOKEN": demo_token,
+    }
     children: list[subprocess.Popen[bytes]] = []
     try:
         children.append(_start([sys.executable, "examples/servers/plain_server.py", "--transport", "http", "--port", "9002"], env, state / "notes.log"))
-        service = ROOT / "examples" / "connectors" / "service.py"
-        if service.exists():
-            children.append(_start([sys.executable, str(service), "--port", "9100"], env, state / "connectors.log"))
+        children.append(_start([sys.executable, "examples/connectors/service.py", "--port", "9100"], env, state / "connectors.log"))
         _wait_http("http://127.0.0.1:9002/mcp", "notes server")
         gateway = _start([str(BIN / "dex-gateway"), "serve", "--config", "config/gateway.yaml"], env, None)
         children.append(gateway)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -22,8 +22,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .auth import Authenticator, HostOriginPolicy, McpGuard
 from .calls import CallPipeline
-from .catalog import Catalog, ConnectorSource
+from .catalog import Catalog
 from .config import GatewayConfig
+from .connectors import ConnectorRegistry
+from .connectors.admin_api import admin_routes
 from .fences import Fences, FenceStore, Owner, open_fence_store
 from .server import Front
 from .upstreams.listing import ListingCache, ListKind
@@ -45,7 +47,7 @@ class Runtime:
     catalog: Catalog
     front: Front
     mcp_app: ASGIApp
-    connectors: Any = None
+    connectors: ConnectorRegistry
     ready: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -62,11 +64,15 @@ def replica_id_for(config: GatewayConfig) -> str:
 def create_app(config: GatewayConfig) -> Starlette:
     holder = _RuntimeHolder()
     authenticator = Authenticator(config.auth)
+    # Registrations live in the fence store's database, so every replica sees the same set.
+    connectors = ConnectorRegistry(config.fences.store)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with anyio.create_task_group() as tg, _open_store(config) as store:
-            runtime = await _build_runtime(config, tg, store, authenticator)
+        async with anyio.create_task_group() as tg, _open_store(config) as store, connectors:
+            if config.connectors.dir:
+                await connectors.load_dir(config.connectors.dir)
+            runtime = await _build_runtime(config, tg, store, authenticator, connectors)
             holder.runtime = runtime
             app.state.runtime = runtime
             try:
@@ -79,8 +85,6 @@ def create_app(config: GatewayConfig) -> Starlette:
                 with anyio.CancelScope(shield=True):
                     for upstream in runtime.upstreams.values():
                         await upstream.aclose()
-                    if runtime.connectors is not None:
-                        await runtime.connectors.close()
                 tg.cancel_scope.cancel()
 
     async def mcp_endpoint(scope: Scope, receive: Receive, send: Send) -> None:
@@ -110,7 +114,7 @@ def create_app(config: GatewayConfig) -> Starlette:
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
     ]
-    routes.extend(_admin_routes(holder, authenticator))
+    routes.extend(admin_routes(connectors, _admin_check(authenticator)))
     return Starlette(routes=routes, lifespan=lifespan)
 
 
@@ -135,7 +139,9 @@ async def _open_store(config: GatewayConfig) -> AsyncIterator[FenceStore]:
             await store.close()
 
 
-async def _build_runtime(config: GatewayConfig, tg: TaskGroup, store: FenceStore, authenticator: Authenticator) -> Runtime:
+async def _build_runtime(
+    config: GatewayConfig, tg: TaskGroup, store: FenceStore, authenticator: Authenticator, connectors: ConnectorRegistry
+) -> Runtime:
     fences = Fences(
         store,
         Owner.fresh(replica_id_for(config)),
@@ -144,7 +150,6 @@ async def _build_runtime(config: GatewayConfig, tg: TaskGroup, store: FenceStore
     )
     upstreams = {u.name: Upstream(u, tg) for u in config.upstreams}
     caches = [ListingCache(upstream, tg) for upstream in upstreams.values()]
-    connectors = await _open_connectors(config, tg)
     front_ref: list[Front] = []
 
     def on_change() -> None:
@@ -161,6 +166,10 @@ async def _build_runtime(config: GatewayConfig, tg: TaskGroup, store: FenceStore
         json_response=config.server.json_response,
         max_request_body_size=config.server.max_request_bytes,
     )
+    async def connectors_changed() -> None:
+        catalog.refresh_routes()
+
+    tg.start_soon(connectors.watch, connectors_changed)
     mcp_app = McpGuard(
         StreamableHTTPASGIApp(manager),
         authenticator,
@@ -182,11 +191,6 @@ async def _build_runtime(config: GatewayConfig, tg: TaskGroup, store: FenceStore
     )
 
 
-async def _open_connectors(config: GatewayConfig, tg: TaskGroup) -> ConnectorSource | None:
-    """The connector registry (wired in by the connectors integration)."""
-    return None
-
-
 async def _warm_up(runtime: Runtime) -> None:
     """List every upstream once at start so the first client does not wait for it."""
     await runtime.catalog.tools()
@@ -194,8 +198,11 @@ async def _warm_up(runtime: Runtime) -> None:
     logger.info("catalog ready: %d tools from %d upstreams", len(await runtime.catalog.tools()), len(runtime.upstreams))
 
 
-def _admin_routes(holder: _RuntimeHolder, authenticator: Authenticator) -> list[BaseRoute]:
-    return []
+def _admin_check(authenticator: Authenticator) -> Callable[[Request], Awaitable[bool]]:
+    async def authorize(request: Request) -> bool:
+        return authenticator.is_admin(request.headers.get("authorization"))
+
+    return authorize
 
 
 __all__ = ["Runtime", "create_app", "replica_id_for", "ListKind"]

@@ -80,9 +80,13 @@ class CallPipeline:
         return await self._fenced(route, call, key)
 
     async def _fenced(self, route: ToolRoute, call: ToolCall, key: str) -> Answer:
-        decision = await self._fences.begin(
-            principal=call.principal, key=key, tool=route.name, arguments=call.arguments, effect=route.effect
-        )
+        try:
+            decision = await self._fences.begin(
+                principal=call.principal, key=key, tool=route.name, arguments=call.arguments, effect=route.effect
+            )
+        except ValueError as exc:
+            # The fingerprint needs canonical JSON; NaN or infinities have none.
+            return rejected(f"The tool {route.name} was not run: its arguments are not valid JSON ({exc}).")
         if isinstance(decision, Replay):
             return Answer.from_wire(decision.answer)
         if isinstance(decision, FenceUnknown):

@@ -111,7 +111,7 @@ class Catalog:
         self._on_change = on_change
         self._built = _Built()
         for cache in self._caches:
-            cache.on_update = self._rebuild_if_changed
+            cache.on_update = self.refresh_routes
 
     # -- reading --------------------------------------------------------------------------
 
@@ -121,7 +121,7 @@ class Catalog:
 
     async def tool(self, name: str) -> ToolRoute | None:
         """The route of an exposed tool; listings are awaited only for a name not yet known."""
-        self._rebuild_if_changed()
+        self.refresh_routes()
         route = self._built.tools.get(name)
         if route is None:
             await self._refresh(ListKind.TOOLS)
@@ -164,9 +164,10 @@ class Catalog:
         async with anyio.create_task_group() as tg:
             for cache in self._caches:
                 tg.start_soon(cache.get, kind)
-        self._rebuild_if_changed()
+        self.refresh_routes()
 
-    def _rebuild_if_changed(self) -> None:
+    def refresh_routes(self) -> None:
+        """Rebuild the routes if a listing or the connector set changed since the last build."""
         key = tuple(c.version for c in self._caches) + ((self._connectors.version,) if self._connectors else ())
         if key == self._built.key:
             return

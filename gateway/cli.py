@@ -16,6 +16,8 @@ import uvicorn
 
 from .app import create_app
 from .config import GatewayConfig, load_config
+from .connectors import validate_cli
+from .conventions import check_cli
 from .errors import ConfigError
 
 logger = logging.getLogger("gateway")
@@ -29,8 +31,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    # One line per upstream request is noise at INFO.
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    # One line per request is noise at INFO (upstream requests, SDK session bookkeeping).
+    for noisy in ("httpx", "mcp.server.streamable_http", "mcp.server.streamable_http_manager"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
         return int(args.run(args) or 0)
     except ConfigError as exc:
@@ -57,24 +60,14 @@ def _parser() -> argparse.ArgumentParser:
     tools.set_defaults(run=_tools)
 
     check = sub.add_parser("check", help="check an MCP server against the Dex conventions")
-    try:
-        from .conventions import check_cli
-    except ImportError:
-        check_cli = None  # type: ignore[assignment]
-    if check_cli is not None:
-        check_cli.configure_parser(check)
-        check.set_defaults(run=check_cli.run)
+    check_cli.configure_parser(check)
+    check.set_defaults(run=check_cli.run)
 
     connectors = sub.add_parser("connectors", help="connector manifests")
     csub = connectors.add_subparsers(dest="connectors_command", required=True)
     validate = csub.add_parser("validate", help="validate manifests and their agent blocks")
-    try:
-        from .connectors import validate_cli
-    except ImportError:
-        validate_cli = None  # type: ignore[assignment]
-    if validate_cli is not None:
-        validate_cli.configure_parser(validate)
-        validate.set_defaults(run=validate_cli.run)
+    validate_cli.configure_parser(validate)
+    validate.set_defaults(run=validate_cli.run)
 
     fences = sub.add_parser("fences", help="inspect and purge idempotency fences")
     fsub = fences.add_subparsers(dest="fences_command", required=True)

@@ -92,7 +92,7 @@ class StdioConnection:
             await conn._write({"jsonrpc": "2.0", "method": "notifications/initialized"})
         except (TimeoutError, UpstreamInterrupted, UpstreamRpcError) as exc:
             await conn.aclose()
-            reason = "no answer to initialize" if isinstance(exc, TimeoutError) else str(exc)
+            reason = "no answer to initialize" if isinstance(exc, TimeoutError) else exc.reason
             raise UpstreamNotSent(name, f"handshake failed: {reason}") from None
         return conn
 

@@ -1,0 +1,291 @@
+"""Gateway overhead: tools/call latency and throughput through the gateway vs. directly.
+
+    .venv/bin/python bench/gateway_overhead.py [--upstream-json] [--gateway-json] [--json]
+
+Starts its own upstream (bench/echo_server.py: SDK low-level Server, stateless Streamable
+HTTP, SSE answers unless --upstream-json) and a gateway subprocess (`dex-gateway serve`)
+fronting it with `prefix: ""` and a SQLite fence store, then drives both with the same
+load generator (bench/loadgen.py, its own process per case, not the SDK client: a raw
+asyncio HTTP/1.1 driver by default, `--driver httpx` for an httpx.AsyncClient).
+
+Rows: `read` (tool `echo`, effect read, no fence) and `write` (tool `write`, effect
+non_idempotent_write, a fresh idempotency key per call, fenced in SQLite), each at
+concurrency 1 and 16 (default 2000 calls at c=1, 5000 at c=16, each case capped in time).
+Columns: p50/p99 latency in ms and calls/s for direct and gateway, the gateway p50 minus
+the direct p50 (ms), gateway/direct throughput, and CPU ms per call of each process.
+
+Goals (issue): p50 overhead < 1 ms at c=1; gateway throughput >= 70 % of direct at c=16.
+
+Caveat printed with every run: load generator, gateway and upstream share the machine's
+cores (2 on the reference box), so at c=16 they compete for CPU; the CPU-per-call columns
+show where the time goes.
+
+`--gateway-pythonpath DIR` runs `python -m gateway.cli serve` with DIR first on PYTHONPATH
+(for measuring a scratch copy of the gateway package); `--gateway-arg` passes extra config
+as YAML flow, e.g. `--gateway-server-json` sets `server.json_response: true`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+PYTHON = sys.executable
+LISTEN_RE = re.compile(r"listening on (http://\S+)")
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+GOAL_P50_OVERHEAD_MS = 1.0
+GOAL_THROUGHPUT_RATIO = 0.70
+
+
+# -- processes ------------------------------------------------------------------------------
+
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+    url: str = ""
+
+    def cpu_seconds(self) -> float:
+        """utime + stime of the process (and its waited-for children) from /proc."""
+        try:
+            fields = Path(f"/proc/{self.popen.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return 0.0
+        # fields[0] is state (field 3); utime=14, stime=15 -> index 11, 12
+        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGINT)
+            try:
+                self.popen.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait()
+
+
+def start(name: str, cmd: list[str], workdir: Path, env: dict[str, str] | None = None, timeout: float = 30.0) -> Proc:
+    log = workdir / f"{name}.log"
+    handle = log.open("wb")
+    popen = subprocess.Popen(cmd, stdout=handle, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+    proc = Proc(name, popen, log)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        match = LISTEN_RE.search(log.read_text(errors="replace"))
+        if match:
+            proc.url = match.group(1)
+            return proc
+        if popen.poll() is not None:
+            break
+        time.sleep(0.05)
+    proc.stop()
+    raise SystemExit(f"{name} did not start; its log:\n{log.read_text(errors='replace')[-3000:]}")
+
+
+def wait_for_tools(url: str, names: set[str], timeout: float = 30.0) -> None:
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    headers = {"accept": "application/json, text/event-stream", "mcp-protocol-version": "2025-11-25"}
+    deadline = time.monotonic() + timeout
+    last = ""
+    while time.monotonic() < deadline:
+        try:
+            r = httpx.post(url, json=body, headers=headers, timeout=5)
+            last = r.text
+            if all(f'"name":"{n}"' in r.text.replace(" ", "") for n in names):
+                return
+        except httpx.HTTPError as exc:
+            last = repr(exc)
+        time.sleep(0.2)
+    raise SystemExit(f"tools {sorted(names)} never appeared at {url}: {last[:500]}")
+
+
+def gateway_config(upstream_url: str, db: Path, json_response: bool) -> str:
+    server = f"server: {{host: 127.0.0.1, port: 0, json_response: {'true' if json_response else 'false'}}}\n"
+    return (
+        server
+        + "upstreams:\n"
+        + f"  - {{name: bench, transport: streamable_http, url: \"{upstream_url}\", prefix: \"\"}}\n"
+        + f"fences: {{store: \"sqlite:///{db}\"}}\n"
+    )
+
+
+# -- one case -------------------------------------------------------------------------------
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    k = max(0, min(len(ordered) - 1, int(round(q / 100.0 * len(ordered) + 0.5)) - 1))
+    return ordered[k]
+
+
+def run_case(url: str, tool: str, concurrency: int, calls: int, args: argparse.Namespace, watch: list[Proc]) -> dict[str, Any]:
+    cmd = [
+        PYTHON, str(HERE / "loadgen.py"), "--url", url, "--tool", tool, "--concurrency", str(concurrency),
+        "--calls", str(calls), "--warmup", str(args.warmup), "--max-seconds", str(args.max_seconds),
+        "--driver", args.driver,
+    ]
+    if tool == "write":
+        cmd.append("--fresh-keys")
+    before = {p.name: p.cpu_seconds() for p in watch}
+    out = subprocess.run(cmd, capture_output=True, check=False, cwd=ROOT)
+    after = {p.name: p.cpu_seconds() for p in watch}
+    if out.returncode != 0:
+        raise SystemExit(f"load generator failed: {out.stderr.decode(errors='replace')[-2000:]}")
+    raw = json.loads(out.stdout)
+    lat = raw["latencies_ms"]
+    n = max(len(lat), 1)
+    # The server CPU delta includes the warm-up; scale it to the measured share.
+    share = len(lat) / (len(lat) + args.warmup)
+    return {
+        "calls": len(lat),
+        "errors": raw["errors"],
+        "first_errors": raw["first_errors"],
+        "capped": raw["capped"],
+        "p50_ms": percentile(lat, 50),
+        "p99_ms": percentile(lat, 99),
+        "mean_ms": statistics.fmean(lat) if lat else float("nan"),
+        "calls_per_s": len(lat) / raw["wall_s"] if raw["wall_s"] else 0.0,
+        "client_cpu_ms_per_call": raw["client_cpu_s"] * 1000.0 / n,
+        **{f"{p.name}_cpu_ms_per_call": (after[p.name] - before[p.name]) * share * 1000.0 / n for p in watch},
+    }
+
+
+# -- report ---------------------------------------------------------------------------------
+
+
+def print_table(rows: list[dict[str, Any]], meta: dict[str, Any]) -> None:
+    print(
+        f"gateway overhead: upstream answers {meta['upstream_mode']}, gateway front answers {meta['gateway_mode']}; "
+        f"{meta['cpus']} CPU cores shared by load generator, gateway and upstream "
+        "(at c=16 they compete for CPU: read the CPU ms/call columns)."
+    )
+    header = (
+        f"{'case':<12} {'direct p50':>10} {'p99':>7} {'calls/s':>8} | {'gateway p50':>11} {'p99':>7} {'calls/s':>8} | "
+        f"{'p50 +ms':>7} {'thru':>5} | {'cpu ms/call: gw':>15} {'up(d)':>6} {'up(g)':>6} {'cli':>5}"
+    )
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        d, g = r["direct"], r["gateway"]
+        print(
+            f"{r['case']:<12} {d['p50_ms']:>10.2f} {d['p99_ms']:>7.2f} {d['calls_per_s']:>8.0f} | "
+            f"{g['p50_ms']:>11.2f} {g['p99_ms']:>7.2f} {g['calls_per_s']:>8.0f} | "
+            f"{r['p50_overhead_ms']:>+7.2f} {r['throughput_ratio']:>5.2f} | "
+            f"{g.get('gateway_cpu_ms_per_call', 0):>15.2f} {d.get('upstream_cpu_ms_per_call', 0):>6.2f} "
+            f"{g.get('upstream_cpu_ms_per_call', 0):>6.2f} {g['client_cpu_ms_per_call']:>5.2f}"
+        )
+        for side in ("direct", "gateway"):
+            s = r[side]
+            if s["errors"] or s["capped"]:
+                print(f"    {side}: {s['errors']} errors, {s['calls']} calls{' (time cap hit)' if s['capped'] else ''}; "
+                      f"first: {s['first_errors'][:1]}")
+    print()
+    for r in rows:
+        if r["concurrency"] == 1:
+            ok = r["p50_overhead_ms"] < GOAL_P50_OVERHEAD_MS
+            print(f"goal {r['case']}: p50 overhead {r['p50_overhead_ms']:+.2f} ms < {GOAL_P50_OVERHEAD_MS:g} ms: {'MET' if ok else 'NOT MET'}")
+        else:
+            ok = r["throughput_ratio"] >= GOAL_THROUGHPUT_RATIO
+            print(f"goal {r['case']}: throughput ratio {r['throughput_ratio']:.2f} >= {GOAL_THROUGHPUT_RATIO:.2f}: {'MET' if ok else 'NOT MET'}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--upstream-json", action="store_true", help="upstream answers application/json instead of SSE")
+    parser.add_argument("--gateway-json", action="store_true", help="gateway config server.json_response: true")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16])
+    parser.add_argument("--calls-c1", type=int, default=2000, help="measured calls per case at c=1")
+    parser.add_argument("--calls", type=int, default=5000, help="measured calls per case at c>1")
+    parser.add_argument("--warmup", type=int, default=200, help="unmeasured calls before each case")
+    parser.add_argument("--max-seconds", type=float, default=60.0, help="time cap per case")
+    parser.add_argument("--tools", nargs="+", default=["read", "write"], choices=["read", "write"])
+    parser.add_argument("--gateway-pythonpath", help="run `python -m gateway.cli` with this dir first on PYTHONPATH")
+    parser.add_argument("--driver", choices=["raw", "httpx"], default="raw",
+                        help="load generator HTTP client: raw asyncio HTTP/1.1 (lean) or httpx")
+    parser.add_argument("--upstream-http", default="auto", help="uvicorn http implementation of the upstream")
+    parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs, config, fence DB)")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
+    args = parser.parse_args()
+
+    workdir = Path(tempfile.mkdtemp(prefix="dex-bench-"))
+    procs: list[Proc] = []
+    try:
+        up_cmd = [PYTHON, str(HERE / "echo_server.py"), "--port", "0", "--http", args.upstream_http]
+        if args.upstream_json:
+            up_cmd.append("--json-response")
+        upstream = start("upstream", up_cmd, workdir)
+        procs.append(upstream)
+        config = workdir / "gateway.yaml"
+        config.write_text(gateway_config(upstream.url, workdir / "fences.db", args.gateway_json))
+        env = dict(os.environ)
+        if args.gateway_pythonpath:
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [args.gateway_pythonpath, env.get("PYTHONPATH")]))
+            gw_cmd = [PYTHON, "-m", "gateway.cli", "serve", "--config", str(config), "--port", "0"]
+        else:
+            exe = shutil.which("dex-gateway", path=str(Path(PYTHON).parent)) or "dex-gateway"
+            gw_cmd = [exe, "serve", "--config", str(config), "--port", "0"]
+        gateway = start("gateway", gw_cmd, workdir, env=env)
+        procs.append(gateway)
+        wait_for_tools(gateway.url, {"echo", "write"})
+
+        rows = []
+        for c in args.concurrency:
+            calls = args.calls_c1 if c == 1 else args.calls
+            for kind in args.tools:
+                tool = "echo" if kind == "read" else "write"
+                direct = run_case(upstream.url, tool, c, calls, args, [upstream])
+                through = run_case(gateway.url, tool, c, calls, args, [gateway, upstream])
+                rows.append({
+                    "case": f"{kind} c={c}",
+                    "tool": tool,
+                    "concurrency": c,
+                    "direct": direct,
+                    "gateway": through,
+                    "p50_overhead_ms": through["p50_ms"] - direct["p50_ms"],
+                    "throughput_ratio": through["calls_per_s"] / direct["calls_per_s"] if direct["calls_per_s"] else 0.0,
+                })
+        meta = {
+            "upstream_mode": "JSON" if args.upstream_json else "SSE",
+            "gateway_mode": "JSON" if args.gateway_json else "SSE",
+            "cpus": os.cpu_count(),
+            "driver": args.driver,
+            "python": sys.version.split()[0],
+            "workdir": str(workdir) if args.keep else None,
+        }
+        if args.json:
+            for r in rows:
+                for side in ("direct", "gateway"):
+                    r[side].pop("first_errors", None) if not r[side]["errors"] else None
+            print(json.dumps({"meta": meta, "rows": rows}, indent=2))
+        else:
+            print_table(rows, meta)
+        return 0 if all(r["direct"]["errors"] == 0 and r["gateway"]["errors"] == 0 for r in rows) else 1
+    finally:
+        for p in reversed(procs):
+            p.stop()
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

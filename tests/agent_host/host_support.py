@@ -1,0 +1,125 @@
+"""Real processes for the host's tests: the payments example server, the gateway in front of
+it, and `dex-agent` itself."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests.support.servers import RunningServer, start_http_server
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+_LISTENING = re.compile(r"listening on (http://\S+/mcp)")
+
+
+@dataclass
+class Proc:
+    """A child process whose output is collected by a thread (so it never blocks on a pipe)."""
+
+    process: subprocess.Popen[str]
+    lines: list[str] = field(default_factory=list)
+
+    @property
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def wait_for(self, pattern: str, timeout: float = 20.0) -> re.Match[str]:
+        deadline = time.monotonic() + timeout
+        regex = re.compile(pattern)
+        while time.monotonic() < deadline:
+            for line in list(self.lines):
+                if match := regex.search(line):
+                    return match
+            if self.process.poll() is not None and not any(regex.search(l) for l in self.lines):
+                time.sleep(0.1)  # let the reader thread catch up once more
+                for line in list(self.lines):
+                    if match := regex.search(line):
+                        return match
+                raise AssertionError(f"process exited ({self.process.returncode}) before {pattern!r}:\n{self.output}")
+            time.sleep(0.02)
+        raise AssertionError(f"timed out waiting for {pattern!r}:\n{self.output}")
+
+    def finish(self, timeout: float = 30.0) -> int:
+        try:
+            self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            raise AssertionError(f"process did not finish in {timeout} s:\n{self.output}")
+        time.sleep(0.05)
+        return self.process.returncode
+
+    def sigkill(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.sigkill()
+
+
+def spawn(argv: list[str], env: dict[str, str] | None = None, stdin_text: str | None = None) -> Proc:
+    process = subprocess.Popen(
+        argv, cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})},
+        stdin=subprocess.PIPE if stdin_text is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+    )
+    proc = Proc(process)
+    if stdin_text is not None:
+        assert process.stdin is not None
+        process.stdin.write(stdin_text)
+        process.stdin.close()
+
+    def drain() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            proc.lines.append(line.rstrip("\n"))
+
+    threading.Thread(target=drain, daemon=True).start()
+    return proc
+
+
+@dataclass
+class Stack:
+    payments: RunningServer
+    gateway_url: str
+    state_dir: Path
+
+
+def start_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """The gateway (real process) fronting the payments example server (real process)."""
+    base = tmp_path_factory.mktemp("stack")
+    state = base / "payments"
+    with start_http_server("dex_server", state_dir=state, env={"DEX_EXAMPLE_PENDING_WAIT_S": "20"}) as payments:
+        config = base / "gateway.yaml"
+        config.write_text(
+            "server: {host: 127.0.0.1, port: 0}\n"
+            f"upstreams: [{{name: payments, transport: streamable_http, url: \"{payments.url}\"}}]\n"
+            f"fences: {{store: \"sqlite:///{base / 'gw.db'}\"}}\n"
+        )
+        gateway = spawn([sys.executable, "-m", "gateway.cli", "serve", "--config", str(config), "--port", "0"])
+        try:
+            url = gateway.wait_for(_LISTENING.pattern).group(1)
+            gateway.wait_for(r"catalog ready|listening on")
+            yield Stack(payments=payments, gateway_url=url, state_dir=state)
+        finally:
+            gateway.stop()
+
+
+def dex_agent(*args: str, stdin_text: str | None = None, env: dict[str, str] | None = None) -> Proc:
+    return spawn([sys.executable, "-m", "agent_host.cli", *args], env=env, stdin_text=stdin_text)

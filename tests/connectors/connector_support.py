@@ -1,0 +1,124 @@
+"""Helpers for the connector tests: build manifests and tools, run the example service."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from gateway.connectors.bindings import PythonBinding, PythonBindingConfig
+from gateway.connectors.manifest import Manifest, parse_manifest
+from gateway.connectors.tool import ConnectorTool
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SERVICE = REPO_ROOT / "examples" / "connectors" / "service.py"
+EXECUTIONS_FILE = "connector-executions.jsonl"
+PUBLISHED = REPO_ROOT.parent / "shared" / "data" / "dex-connectors"
+_LISTENING = re.compile(r"listening on (http://\S+)")
+
+
+def manifest_doc(*operations: dict[str, Any], name: str = "billing") -> dict[str, Any]:
+    return {
+        "apiVersion": "connectors.dex.dev/v1alpha1",
+        "kind": "Connector",
+        "metadata": {"name": name},
+        "spec": {"operations": list(operations)},
+    }
+
+
+def load_doc(doc: dict[str, Any], filename: str = "connector.yaml") -> Manifest:
+    text = json.dumps(doc) if filename.endswith(".json") else yaml.safe_dump(doc, sort_keys=False)
+    return parse_manifest(text, filename)
+
+
+def python_tool(manifest: Manifest, operation: str, fn: Callable[..., Any]) -> ConnectorTool:
+    binding = PythonBinding(PythonBindingConfig(type="python", callable="tests.fake:fn"), function=fn)
+    return ConnectorTool.build(manifest, manifest.operation(operation), binding)
+
+
+@dataclass
+class ExampleService:
+    base: str
+    state_dir: Path
+    process: subprocess.Popen[str]
+    output: list[str] = field(default_factory=list)
+
+    @property
+    def log_path(self) -> Path:
+        return self.state_dir / EXECUTIONS_FILE
+
+    def executions(self, **match: Any) -> list[dict[str, Any]]:
+        if not self.log_path.exists():
+            return []
+        rows = [json.loads(line) for line in self.log_path.read_text().splitlines() if line.strip()]
+        return [r for r in rows if all(r.get(k) == v for k, v in match.items())]
+
+    def script(self, connector: str, operation: str, *actions: dict[str, Any]) -> None:
+        httpx.post(f"{self.base}/_test/script", json={"connector": connector, "operation": operation, "actions": list(actions)}).raise_for_status()
+
+    def reset(self) -> None:
+        httpx.post(f"{self.base}/_test/reset").raise_for_status()
+
+
+@contextmanager
+def start_service(state_dir: Path, *, token: str | None = None) -> Iterator[ExampleService]:
+    env = {**os.environ, "DEX_EXAMPLE_STATE_DIR": str(state_dir)}
+    env.pop("DEX_EXAMPLE_CONNECTOR_TOKEN", None)
+    if token is not None:
+        env["DEX_EXAMPLE_CONNECTOR_TOKEN"] = token
+    proc = subprocess.Popen(
+        [sys.executable, str(SERVICE), "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, env=env, cwd=REPO_ROOT,
+    )
+    output: list[str] = []
+    found: list[str] = []
+    ready = threading.Event()
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            output.append(line)
+            if not found and (m := _LISTENING.search(line)):
+                found.append(m.group(1))
+                ready.set()
+        ready.set()
+
+    threading.Thread(target=pump, daemon=True).start()
+    try:
+        if not ready.wait(15) or not found:
+            raise RuntimeError("example connector service did not start:\n" + "".join(output))
+        yield ExampleService(found[0], state_dir, proc, output)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+def wait_until(probe: Callable[[], bool], timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if probe():
+            return True
+        time.sleep(0.05)
+    return probe()
+
+
+async def echo_operation(request: Any) -> dict[str, Any]:
+    """A Python-bound operation for registry tests: answers its input."""
+    return {"branch": "found", "value": {"echo": request.input}}

@@ -1,0 +1,99 @@
+"""A separate OS process using a fence store, driven by the multi-process and SIGKILL tests.
+
+usage: _fence_worker.py hammer URL REPLICA NKEYS START_AT
+       _fence_worker.py claim-and-hang URL REPLICA
+       _fence_worker.py loop URL REPLICA
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+import time
+from typing import Any
+
+import anyio
+
+from gateway.conventions.keys import Effect
+from gateway.fences import Fences, Owner, Proceed, Replay, open_fence_store
+
+
+def answer_for(key: str, who: str) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": f"{key} executed by {who}"}], "isError": False}
+
+
+def say(*parts: str) -> None:
+    print(*parts, flush=True)
+
+
+async def hammer(url: str, replica: str, nkeys: int, start_at: float) -> None:
+    keys = [f"k{i}" for i in range(nkeys)]
+    random.shuffle(keys)
+    results: list[dict[str, Any]] = []
+    limit = anyio.Semaphore(32)
+    async with open_fence_store(url) as store:
+        f = Fences(store, Owner.fresh(replica), wait_seconds=20.0, poll_interval=0.005, max_poll_interval=0.05)
+        await anyio.sleep(max(0.0, start_at - time.time()))  # both processes start together
+
+        async def one(key: str) -> None:
+            async with limit:
+                r = await f.begin(principal="p", key=key, tool="pay", arguments={"key": key}, effect=Effect.NON_IDEMPOTENT_WRITE)
+                if isinstance(r, Proceed):
+                    await anyio.sleep(random.random() * 0.01)
+                    answer = answer_for(key, replica)
+                    assert await f.complete(r.ticket, answer)
+                    results.append({"key": key, "kind": "proceed", "text": answer["content"][0]["text"]})
+                elif isinstance(r, Replay):
+                    results.append({"key": key, "kind": "replay", "text": r.answer["content"][0]["text"]})
+                else:
+                    results.append({"key": key, "kind": type(r).__name__, "text": getattr(r, "text", "")})
+
+        async with anyio.create_task_group() as tg:
+            for key in keys:
+                tg.start_soon(one, key)
+    say(json.dumps(results))
+
+
+async def claim_and_hang(url: str, replica: str) -> None:
+    async with open_fence_store(url) as store:
+        f = Fences(store, Owner.fresh(replica), lease_seconds=60.0)
+        done = await f.begin(principal="p", key="done", tool="t", arguments=None, effect=Effect.NON_IDEMPOTENT_WRITE)
+        assert isinstance(done, Proceed)
+        assert await f.complete(done.ticket, answer_for("done", replica))
+        for key, effect in [("pend-idem", Effect.IDEMPOTENT_WRITE), ("pend-non", Effect.NON_IDEMPOTENT_WRITE),
+                            ("pend-unclassified", Effect.UNCLASSIFIED), ("pend-other", Effect.NON_IDEMPOTENT_WRITE)]:
+            assert isinstance(await f.begin(principal="p", key=key, tool="t", arguments=None, effect=effect), Proceed)
+        say("ready")
+        await anyio.sleep(3600)  # "calling upstream" until SIGKILL
+
+
+async def loop(url: str, replica: str) -> None:
+    async with open_fence_store(url) as store:
+        f = Fences(store, Owner.fresh(replica), lease_seconds=60.0)
+        say("ready")
+        i = 0
+        while True:
+            key = f"k{i}"
+            r = await f.begin(principal="p", key=key, tool="t", arguments=None, effect=Effect.NON_IDEMPOTENT_WRITE)
+            assert isinstance(r, Proceed), r
+            say("sending", key)
+            assert await f.complete(r.ticket, answer_for(key, replica))
+            say("done", key)
+            i += 1
+
+
+def main(argv: list[str]) -> None:
+    mode, url, replica = argv[1], argv[2], argv[3]
+    if mode == "hammer":
+        anyio.run(hammer, url, replica, int(argv[4]), float(argv[5]))
+    elif mode == "claim-and-hang":
+        anyio.run(claim_and_hang, url, replica)
+    elif mode == "loop":
+        anyio.run(loop, url, replica)
+    else:
+        raise SystemExit(f"unknown mode {mode}")
+
+
+if __name__ == "__main__":
+    main(sys.argv)

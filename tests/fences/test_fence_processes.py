@@ -1,0 +1,136 @@
+"""Separate OS processes sharing one SQLite file or one PostgreSQL schema, and SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import anyio
+import pytest
+
+from gateway.conventions.keys import Effect
+from gateway.fences import FenceUnknown, Fences, Owner, Proceed, Replay, UnknownReason, open_fence_store
+
+WORKER = Path(__file__).with_name("_fence_worker.py")
+
+
+def spawn(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(WORKER), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def wait_ready(proc: subprocess.Popen[str]) -> None:
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if line.strip() != "ready":
+        proc.kill()
+        raise AssertionError(f"worker did not start: {line!r} {proc.stderr.read() if proc.stderr else ''}")
+
+
+def sigkill(proc: subprocess.Popen[str]) -> list[str]:
+    os.kill(proc.pid, signal.SIGKILL)
+    out, _ = proc.communicate(timeout=10)
+    assert proc.returncode == -signal.SIGKILL
+    return out.splitlines()
+
+
+def test_two_processes_same_keys_one_execution_each(durable_url: str) -> None:
+    nkeys = 300
+    start_at = time.time() + 1.5
+    procs = [spawn("hammer", durable_url, f"replica-{n}", str(nkeys), str(start_at)) for n in (1, 2)]
+    by_key: dict[str, list[dict[str, str]]] = defaultdict(list)
+    for proc in procs:
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        for row in json.loads(out.strip().splitlines()[-1]):
+            by_key[row["key"]].append(row)
+    assert len(by_key) == nkeys
+    winners: Counter[str] = Counter()
+    for key, rows in by_key.items():
+        kinds = sorted(r["kind"] for r in rows)
+        assert kinds == ["proceed", "replay"], (key, rows)
+        # The replay is the other process's answer, word for word.
+        assert rows[0]["text"] == rows[1]["text"]
+        winners[rows[0]["text"].rsplit(" ", 1)[1]] += 1
+    # Each process executed some keys and replayed the other's: they really raced.
+    assert set(winners) == {"replica-1", "replica-2"}, winners
+
+
+@pytest.mark.anyio
+async def test_sigkill_pending_dead_at_once_and_done_kept(durable_url: str) -> None:
+    proc = spawn("claim-and-hang", durable_url, "r1")
+    wait_ready(proc)
+    sigkill(proc)
+    async with open_fence_store(durable_url) as store:
+        # Another replica only has the lease to go by (60 s): still looks alive.
+        other = Fences(store, Owner.fresh("r2"), wait_seconds=0.0)
+        r = await other.begin(principal="p", key="pend-other", tool="t", arguments=None, effect=Effect.NON_IDEMPOTENT_WRITE)
+        assert isinstance(r, FenceUnknown) and r.reason is UnknownReason.WAIT_TIMEOUT
+        # The restarted r1 (new boot id) knows at once: no waiting for the lease.
+        restarted = Fences(store, Owner.fresh("r1"), wait_seconds=0.0)
+
+        async def begin(key: str, effect: Effect) -> object:
+            return await restarted.begin(principal="p", key=key, tool="t", arguments=None, effect=effect)
+
+        done = await begin("done", Effect.NON_IDEMPOTENT_WRITE)
+        assert isinstance(done, Replay)
+        assert done.answer["content"] == [{"type": "text", "text": "done executed by r1"}]
+        idem = await begin("pend-idem", Effect.IDEMPOTENT_WRITE)
+        assert isinstance(idem, Proceed) and idem.takeover
+        for key, effect in [("pend-non", Effect.NON_IDEMPOTENT_WRITE), ("pend-unclassified", Effect.UNCLASSIFIED)]:
+            out = await begin(key, effect)
+            assert isinstance(out, FenceUnknown) and out.reason is UnknownReason.OWNER_DIED
+
+
+async def _check_after_kill(url: str, lines: list[str]) -> int:
+    sent = {line.split()[1] for line in lines if line.startswith("sending ")}
+    done = {line.split()[1] for line in lines if line.startswith("done ")}
+    async with open_fence_store(url) as store:
+        f = Fences(store, Owner.fresh("r1"), wait_seconds=0.0)
+        for i in range(len(sent) + 2):
+            key = f"k{i}"
+            r = await f.begin(principal="p", key=key, tool="t", arguments=None, effect=Effect.NON_IDEMPOTENT_WRITE)
+            if key in done:
+                # No finished answer is lost.
+                assert isinstance(r, Replay), (key, r)
+                assert r.answer["content"][0]["text"] == f"{key} executed by r1"
+            elif key in sent:
+                # Sent, maybe finished: never sent a second time.
+                assert isinstance(r, (Replay, FenceUnknown)), (key, r)
+            else:
+                # Never reported as sent: a fresh claim is fine, a takeover is not.
+                assert not (isinstance(r, Proceed) and r.takeover), (key, r)
+    return len(done)
+
+
+def _crash_loop(url: str, rounds: int) -> None:
+    for _ in range(rounds):
+        proc = spawn("loop", url, "r1")
+        wait_ready(proc)
+        time.sleep(random.uniform(0.05, 0.4))
+        lines = sigkill(proc)
+        anyio.run(_check_after_kill, url, lines)
+        # Next round starts from a clean key space.
+        anyio.run(_wipe, url)
+
+
+async def _wipe(url: str) -> None:
+    async with open_fence_store(url) as store:
+        await store.sweep(float("inf"))
+
+
+def test_sigkill_at_random_instants_loses_nothing(durable_url: str) -> None:
+    _crash_loop(durable_url, rounds=3)
+
+
+@pytest.mark.slow
+def test_sigkill_crash_loop_long(durable_url: str) -> None:
+    _crash_loop(durable_url, rounds=30)

@@ -1,0 +1,171 @@
+"""Start `dex-gateway serve` as a real process, and build its config.
+
+    cfg = write_config(tmp_path, {"upstreams": [stdio_upstream("pay", "dex_server", state_dir=s)]})
+    with start_gateway(cfg) as gw:
+        ... gw.url ...          # http://127.0.0.1:<port>/mcp
+        gw.kill(); gw.restart()
+
+`gw.base` is the URL without the path (for /healthz, /readyz).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.support.servers import REPO_ROOT, STATE_DIR_ENV, example_script
+
+GATEWAY_BIN = Path(sys.executable).parent / "dex-gateway"
+_LISTENING = re.compile(r"listening on (http://\S+)")
+
+
+def gateway_argv(*args: str) -> list[str]:
+    """argv of the `dex-gateway` console script of this venv (falls back to `-m gateway.cli`)."""
+    if GATEWAY_BIN.exists():
+        return [str(GATEWAY_BIN), *args]
+    return [sys.executable, "-m", "gateway.cli", *args]
+
+
+def stdio_upstream(name: str, server: str, *, state_dir: Path, args: Sequence[str] = (),
+                   **options: Any) -> dict[str, Any]:
+    """A `transport: stdio` upstream entry running an example server with this Python."""
+    return {
+        "name": name,
+        "transport": "stdio",
+        "command": sys.executable,
+        "args": [str(example_script(server)), "--transport", "stdio", *args],
+        "env": {STATE_DIR_ENV: str(state_dir)},
+        "cwd": str(REPO_ROOT),
+        **options,
+    }
+
+
+def http_upstream(name: str, url: str, **options: Any) -> dict[str, Any]:
+    return {"name": name, "transport": "streamable_http", "url": url, **options}
+
+
+def write_config(directory: Path, config: Mapping[str, Any], *, name: str = "gateway.yaml") -> Path:
+    """Write `config` as YAML; a SQLite fence store in `directory` unless the config names one."""
+    directory.mkdir(parents=True, exist_ok=True)
+    data = dict(config)
+    data.setdefault("fences", {"store": f"sqlite:///{directory / 'fences.db'}"})
+    path = directory / name
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@dataclass
+class RunningGateway:
+    config_path: Path
+    port: int
+    env: dict[str, str]
+    process: subprocess.Popen[str] | None = None
+    url: str = ""
+    stderr_lines: list[str] = field(default_factory=list)
+
+    @property
+    def base(self) -> str:
+        return self.url.rsplit("/", 1)[0]
+
+    @property
+    def log(self) -> str:
+        return "\n".join(self.stderr_lines)
+
+    def start(self, ready_timeout: float = 30.0) -> None:
+        argv = gateway_argv("serve", "--config", str(self.config_path), "--port", str(self.port))
+        process = subprocess.Popen(
+            argv, cwd=REPO_ROOT, env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE, text=True, start_new_session=True,
+        )
+        self.process = process
+        lines = self.stderr_lines
+        found = threading.Event()
+        url_box: list[str] = []
+
+        def drain() -> None:
+            assert process.stderr is not None
+            for line in process.stderr:
+                lines.append(line.rstrip("\n"))
+                match = _LISTENING.search(line)
+                if match and not found.is_set():
+                    url_box.append(match.group(1))
+                    found.set()
+            found.set()
+
+        threading.Thread(target=drain, name="gateway-stderr", daemon=True).start()
+        deadline = time.monotonic() + ready_timeout
+        while not found.wait(0.05):
+            if time.monotonic() > deadline:
+                break
+        if not url_box:
+            self.kill()
+            raise RuntimeError(f"dex-gateway did not start (exit {process.returncode}):\n" + self.log)
+        self.url = url_box[0]
+        # Keep the same port across restarts (same replica id, clients keep their URL).
+        self.port = int(self.url.rsplit(":", 1)[1].split("/", 1)[0])
+
+    def kill(self) -> None:
+        """SIGKILL the gateway and every child of its process group (stdio upstreams)."""
+        process = self.process
+        if process is None:
+            return
+        if process.poll() is None:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        process.wait(timeout=10)
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL (the whole process group) if it lingers."""
+        process = self.process
+        if process is None:
+            return
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        # Stdio children left behind by a gateway that did not clean up.
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        if process.poll() is None:
+            process.wait(timeout=10)
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
+
+
+@contextmanager
+def start_gateway(config_path: Path, *, port: int = 0, env: Mapping[str, str] | None = None,
+                  ready_timeout: float = 30.0) -> Iterator[RunningGateway]:
+    """Run `dex-gateway serve --config config_path --port port` until the block ends."""
+    gateway = RunningGateway(config_path=config_path, port=port, env={**os.environ, **(env or {})})
+    gateway.start(ready_timeout)
+    try:
+        yield gateway
+    finally:
+        gateway.stop()
+
+
+def run_gateway_cli(*args: str, env: Mapping[str, str] | None = None,
+                    timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+    """Run `dex-gateway <args>` to completion (config errors, `tools --json`)."""
+    return subprocess.run(gateway_argv(*args), cwd=REPO_ROOT, env={**os.environ, **(env or {})},
+                          capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
