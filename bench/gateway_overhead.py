@@ -20,9 +20,9 @@ Caveat printed with every run: load generator, gateway and upstream share the ma
 cores (2 on the reference box), so at c=16 they compete for CPU; the CPU-per-call columns
 show where the time goes.
 
-`--gateway-pythonpath DIR` runs `python -m gateway.cli serve` with DIR first on PYTHONPATH
-(for measuring a scratch copy of the gateway package); `--gateway-arg` passes extra config
-as YAML flow, e.g. `--gateway-server-json` sets `server.json_response: true`.
+`--gateway-pythonpath DIR` runs the gateway package found in DIR (a scratch copy with an
+experimental change) instead of the installed one; `--gateway-json` sets
+`server.json_response: true` in the generated gateway config.
 """
 
 from __future__ import annotations
@@ -50,6 +50,14 @@ PYTHON = sys.executable
 LISTEN_RE = re.compile(r"listening on (http://\S+)")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 GOAL_P50_OVERHEAD_MS = 1.0
+# The venv has the gateway as a setuptools *editable* install, whose meta-path finder wins over
+# PYTHONPATH; a scratch copy is only imported when that finder is taken out first.
+SCRATCH_LAUNCHER = (
+    "import sys; d = sys.argv.pop(1); sys.path.insert(0, d); "
+    "sys.meta_path[:] = [f for f in sys.meta_path if not getattr(f, '__module__', '').startswith('__editable__')]; "
+    "import gateway; assert gateway.__file__.startswith(d), gateway.__file__; "
+    "from gateway.cli import main; sys.argv[0] = 'dex-gateway'; sys.exit(main())"
+)
 GOAL_THROUGHPUT_RATIO = 0.70
 
 
@@ -219,7 +227,7 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=200, help="unmeasured calls before each case")
     parser.add_argument("--max-seconds", type=float, default=60.0, help="time cap per case")
     parser.add_argument("--tools", nargs="+", default=["read", "write"], choices=["read", "write"])
-    parser.add_argument("--gateway-pythonpath", help="run `python -m gateway.cli` with this dir first on PYTHONPATH")
+    parser.add_argument("--gateway-pythonpath", help="run the gateway package copy in this dir (scratch experiments)")
     parser.add_argument("--driver", choices=["raw", "httpx"], default="raw",
                         help="load generator HTTP client: raw asyncio HTTP/1.1 (lean) or httpx")
     parser.add_argument("--upstream-http", default="auto", help="uvicorn http implementation of the upstream")
@@ -240,7 +248,7 @@ def main() -> int:
         env = dict(os.environ)
         if args.gateway_pythonpath:
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [args.gateway_pythonpath, env.get("PYTHONPATH")]))
-            gw_cmd = [PYTHON, "-m", "gateway.cli", "serve", "--config", str(config), "--port", "0"]
+            gw_cmd = [PYTHON, "-c", SCRATCH_LAUNCHER, args.gateway_pythonpath, "serve", "--config", str(config), "--port", "0"]
         else:
             exe = shutil.which("dex-gateway", path=str(Path(PYTHON).parent)) or "dex-gateway"
             gw_cmd = [exe, "serve", "--config", str(config), "--port", "0"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -57,8 +58,13 @@ class _RuntimeHolder:
 
 
 def replica_id_for(config: GatewayConfig) -> str:
-    # Stable across restarts of this replica: same host and port means same replica.
-    return config.fences.replica_id or f"{socket.gethostname()}:{config.server.port}"
+    """Stable across restarts of one replica (same host and port), unique among replicas."""
+    if config.fences.replica_id:
+        return config.fences.replica_id
+    if config.server.port == 0:
+        # An ephemeral port names no stable replica: never mistake a live peer for our past self.
+        return f"{socket.gethostname()}:ephemeral:{uuid.uuid4().hex}"
+    return f"{socket.gethostname()}:{config.server.port}"
 
 
 def create_app(config: GatewayConfig) -> Starlette:

@@ -6,6 +6,7 @@ diagram in docs/architecture.md.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from .conventions.outcomes import (
 )
 from .errors import UnknownToolError, UpstreamInterrupted, UpstreamNotSent, UpstreamRpcError
 from .fences import FenceRejected, Fences, FenceUnknown, Proceed, Replay
+from .principals import ANONYMOUS
 from .upstreams.rpc import ProgressCallback
 from .upstreams.upstream import Upstream
 
@@ -120,6 +122,8 @@ class CallPipeline:
             return Dispatched(_never_sent(route, f"upstream {route.upstream!r} is not configured"), sent=False)
         params: dict[str, Any] = {"name": route.target, "arguments": call.arguments}
         forwarded = forwardable_meta(call.meta)
+        if route.scope_forwarded_keys and call.idempotency_key and call.principal != ANONYMOUS:
+            forwarded[IDEMPOTENCY_KEY] = scoped_key(call.principal, call.idempotency_key)
         if forwarded:
             params["_meta"] = forwarded
         sent = False
@@ -166,6 +170,11 @@ def forwardable_meta(meta: Mapping[str, Any]) -> dict[str, Any]:
     return {
         k: v for k, v in meta.items() if k not in _HOP_LOCAL_KEYS and not k.startswith(MCP_RESERVED_PREFIX)
     }
+
+
+def scoped_key(principal: str, key: str) -> str:
+    """The key an upstream sees for an authenticated principal: stable, distinct per principal."""
+    return f"{hashlib.sha256(principal.encode('utf-8')).hexdigest()[:16]}/{key}"
 
 
 def _never_sent(route: ToolRoute, reason: str) -> Answer:

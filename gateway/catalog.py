@@ -58,6 +58,7 @@ class ToolRoute:
     upstream: str | None = None  # None: a connector operation
     target: str = ""  # the upstream's own tool name
     keyless_writes: str = "reject"
+    scope_forwarded_keys: bool = True
     max_attempts: int = 3
     connector: ConnectorToolLike | None = None
 
@@ -255,6 +256,7 @@ def _tool_route(cfg: UpstreamConfig, tool: dict[str, Any]) -> ToolRoute | None:
         upstream=cfg.name,
         target=name,
         keyless_writes=cfg.keyless_writes,
+        scope_forwarded_keys=cfg.scope_forwarded_keys,
         max_attempts=cfg.max_attempts,
     )
 

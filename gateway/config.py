@@ -91,6 +91,10 @@ class _UpstreamBase(_Strict):
     # "reject": a write without an idempotency key is refused (the Dex rule); "pass": plain
     # MCP clients may call writes without a key, unfenced.
     keyless_writes: Literal["reject", "pass"] = "reject"
+    # Forward an authenticated principal's idempotency key as "<principal hash>/<key>", so a
+    # Dex-aware upstream (which fences by key alone) keeps principals apart too. The
+    # anonymous principal's key is always forwarded unchanged.
+    scope_forwarded_keys: bool = True
 
 
 class StdioUpstreamConfig(_UpstreamBase):
@@ -213,6 +217,13 @@ def _describe(exc: ValidationError, doc: SourcedDocument) -> str:
             loc, message = ctx_error.path, str(ctx_error)
         elif err["type"] == "extra_forbidden":
             message = f"unknown key {str(loc[-1])!r}"
+        elif err["type"] in ("union_tag_invalid", "union_tag_not_found"):
+            loc = (*loc, "transport")
+            message = (
+                "missing required key 'transport' (stdio or streamable_http)"
+                if err["type"] == "union_tag_not_found"
+                else f"must be 'stdio' or 'streamable_http', not {err['input'].get('transport')!r}"
+            )
         elif err["type"] == "missing":
             message = f"missing required key {str(loc[-1])!r}"
         else:

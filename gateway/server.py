@@ -15,12 +15,11 @@ from mcp.shared.exceptions import MCPError
 from .calls import CallPipeline, ToolCall, forwardable_meta
 from .catalog import Catalog
 from .errors import UnknownToolError, UpstreamError, UpstreamRpcError
+from .principals import ANONYMOUS, PRINCIPAL_SCOPE_KEY
 from .upstreams.upstream import Upstream
 
 logger = logging.getLogger(__name__)
 
-PRINCIPAL_SCOPE_KEY = "dex.principal"
-ANONYMOUS = "anonymous"
 
 # Resolves which tools a principal may see and call (None: all of them).
 ToolFilter = Callable[[str], list[str] | None]

@@ -44,6 +44,7 @@ class _Entry:
     fetched_at: float = 0.0
     failed_at: float | None = None
     inflight: anyio.Event | None = None
+    inflight_since: float = 0.0
 
 
 @dataclass
@@ -81,8 +82,12 @@ class ListingCache:
         if entry.failed_at is not None and now - entry.failed_at < self.failure_backoff:
             return None
         event = entry.inflight or self._start_fetch(kind, entry)
-        with anyio.move_on_after(self.upstream.config.connect_timeout_seconds):
-            await event.wait()
+        # Callers wait within the first connect-timeout window of a fetch only: a fetch that
+        # hangs past it must not delay every later tools/list by a full window again.
+        window = entry.inflight_since + self.upstream.config.connect_timeout_seconds - self.clock()
+        if window > 0:
+            with anyio.move_on_after(window):
+                await event.wait()
         return entry.items
 
     def peek(self, kind: ListKind) -> list[dict[str, Any]] | None:
@@ -90,6 +95,7 @@ class ListingCache:
 
     def _start_fetch(self, kind: ListKind, entry: _Entry) -> anyio.Event:
         entry.inflight = anyio.Event()
+        entry.inflight_since = self.clock()
         self.task_group.start_soon(self._fetch, kind, entry)
         return entry.inflight
 
@@ -102,7 +108,8 @@ class ListingCache:
         except (UpstreamError, TimeoutError) as exc:
             entry.failed_at = self.clock()
             what = "listing failed" if entry.items is None else "refresh failed, serving the cached list"
-            logger.warning("upstream %s: %s %s: %s", self.upstream.name, kind.method, what, exc)
+            reason = exc.reason if isinstance(exc, UpstreamError) else "no complete answer in time"
+            logger.warning("upstream %s: %s %s: %s", self.upstream.name, kind.method, what, reason)
         except Exception:  # noqa: BLE001 - one bad upstream answer must never stop the gateway
             entry.failed_at = self.clock()
             logger.exception("upstream %s: %s failed unexpectedly", self.upstream.name, kind.method)

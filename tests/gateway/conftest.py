@@ -1,14 +1,10 @@
-"""Shared pieces of the gateway end-to-end tests: real `dex-gateway serve` processes, real example
-upstreams, and the official SDK client over HTTP in both protocol eras."""
+"""Fixtures of the gateway end-to-end tests: real `dex-gateway serve` processes, real example
+upstreams, and the official SDK client over HTTP in both protocol eras (helpers in helpers.py)."""
 
 from __future__ import annotations
 
 import sys
-import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -16,19 +12,7 @@ _ROOT = str(Path(__file__).resolve().parents[2])
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
-import httpx2  # noqa: E402
-from mcp import Client  # noqa: E402
-from mcp.client.streamable_http import streamable_http_client  # noqa: E402
-from mcp_types import CallToolResult, Tool  # noqa: E402
-
-EFFECT = "io.superdurable.dex/effect"
-APPROVAL = "io.superdurable.dex/approval"
-OUTCOME = "io.superdurable.dex/outcome"
-KEY = "io.superdurable.dex/idempotencyKey"
-REPLAYED = "dex-gateway/replayed"
-
-# The handshake era (initialize, 2025-11-25) and the modern era (no handshake).
-ERAS = ["legacy", "2026-07-28"]
+from tests.gateway.helpers import ERAS  # noqa: E402
 
 
 @pytest.fixture
@@ -39,44 +23,3 @@ def anyio_backend() -> str:
 @pytest.fixture(params=ERAS)
 def era(request: pytest.FixtureRequest) -> str:
     return str(request.param)
-
-
-@asynccontextmanager
-async def connect(url: str, era: str, *, token: str | None = None) -> AsyncIterator[Client]:
-    """The official SDK client on the gateway URL, in one protocol era, optionally with a token."""
-    headers = {"authorization": f"Bearer {token}"} if token else {}
-    http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=120))
-    async with http, Client(streamable_http_client(url, http_client=http), mode=era, cache=None,
-                            read_timeout_seconds=60) as client:
-        yield client
-
-
-async def all_tools(client: Client) -> list[Tool]:
-    tools: list[Tool] = []
-    cursor: str | None = None
-    for _ in range(100):
-        page = await client.list_tools(cursor=cursor)
-        tools.extend(page.tools)
-        cursor = page.next_cursor
-        if not cursor:
-            return tools
-    raise AssertionError("tools/list never ended")
-
-
-def tools_by_name(tools: list[Tool]) -> dict[str, Tool]:
-    names = [t.name for t in tools]
-    assert len(names) == len(set(names)), f"duplicate exposed names: {sorted(names)}"
-    return {t.name: t for t in tools}
-
-
-def text_of(result: CallToolResult) -> str:
-    return "\n".join(getattr(block, "text", "") for block in result.content)
-
-
-def meta_of(result: CallToolResult) -> dict[str, Any]:
-    return dict(result.meta or {})
-
-
-def new_key(label: str = "k") -> str:
-    """A fresh idempotency key shaped like the agent host's `<session>/<turn>/<toolCallId>`."""
-    return f"{label}/{uuid.uuid4().hex[:8]}/1"

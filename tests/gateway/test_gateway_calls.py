@@ -8,9 +8,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import anyio
 import pytest
 
-from tests.gateway.conftest import KEY, OUTCOME, REPLAYED, connect, meta_of, new_key, text_of
+from tests.gateway.helpers import KEY, OUTCOME, REPLAYED, connect, meta_of, new_key, text_of
 from tests.support.gateway import RunningGateway, http_upstream, start_gateway, stdio_upstream, write_config
 from tests.support.servers import count_executions, read_executions, start_http_server
 
@@ -163,8 +164,6 @@ async def test_progress_is_relayed(setup: Setup, era: str, upstream: str) -> Non
 
 
 async def test_concurrent_progress_stays_with_its_call(setup: Setup, era: str) -> None:
-    import anyio
-
     seen: dict[int, list[float]] = {3: [], 4: []}
 
     def recorder(steps: int):

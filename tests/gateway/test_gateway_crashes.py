@@ -4,6 +4,7 @@ then the process dies), and an HTTP upstream SIGKILLed while a call blocks."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -13,10 +14,12 @@ import anyio
 import pytest
 from mcp_types import CallToolResult
 
-from tests.gateway.conftest import KEY, OUTCOME, REPLAYED, connect, meta_of, new_key, text_of
+from tests.gateway.helpers import KEY, OUTCOME, REPLAYED, connect, meta_of, new_key, text_of
 from tests.support.gateway import RunningGateway, http_upstream, start_gateway, stdio_upstream, write_config
 from tests.support.servers import (
+    start_http_server,
     count_executions,
+    free_port,
     read_executions,
     release_gate,
     spawn_http_server,
@@ -175,3 +178,102 @@ async def test_http_upstream_killed_mid_call_then_restarted(tmp_path: Path, era:
             release_gate(state, gate)
     finally:
         server.stop()
+
+
+# -- the gateway itself SIGKILLed mid-call, restarted on the same port and store ----------------
+
+
+@pytest.mark.timeout(90)
+async def test_gateway_killed_mid_call_then_restarted(tmp_path: Path) -> None:
+    """A retry after a gateway crash: a non-idempotent write is unknown and never sent again; an
+    idempotent write is taken over and sent again with the same key."""
+    state = tmp_path / "hpay"
+    with start_http_server("dex_server", state_dir=state) as server:
+        config = write_config(tmp_path, {"upstreams": [http_upstream("hpay", server.url)]})
+        # A fixed port: the replica id (host:port) survives the restart.
+        with start_gateway(config, port=free_port()) as gateway:
+            pay_key, memo_key = new_key("gw-pay"), new_key("gw-memo")
+            pay_gate, memo_gate = f"gwpay-{uuid.uuid4().hex[:6]}", f"gwmemo-{uuid.uuid4().hex[:6]}"
+            errors: list[BaseException] = []
+
+            async def call(tool: str, gate: str, key: str) -> None:
+                try:
+                    async with connect(gateway.url, "legacy") as client:
+                        await client.call_tool(tool, {"gate": gate}, meta={KEY: key})
+                except BaseException as exc:  # noqa: BLE001 - the gateway dies under this call
+                    errors.append(exc)
+
+            with anyio.fail_after(30):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(call, "hpay__hold_payment", pay_gate, pay_key)
+                    tg.start_soon(call, "hpay__hold_memo", memo_gate, memo_key)
+                    await anyio.to_thread.run_sync(lambda: wait_for_executions(state, 1, key=pay_key))
+                    await anyio.to_thread.run_sync(lambda: wait_for_executions(state, 1, key=memo_key))
+                    gateway.kill()
+            assert len(errors) == 2  # both callers saw the gateway go away
+
+            gateway.start()
+            try:
+                release_gate(state, memo_gate)
+                async with connect(gateway.url, "legacy") as client:
+                    with anyio.fail_after(40):
+                        started = time.monotonic()
+                        pay = await client.call_tool("hpay__hold_payment", {"gate": pay_gate}, meta={KEY: pay_key})
+                        pay_seconds = time.monotonic() - started
+                        memo = await client.call_tool("hpay__hold_memo", {"gate": memo_gate}, meta={KEY: memo_key})
+                        memo_again = await client.call_tool("hpay__hold_memo", {"gate": memo_gate},
+                                                            meta={KEY: memo_key})
+                assert_unknown(pay)
+                assert count_executions(state, tool="hold_payment", key=pay_key) == 1
+                # Same replica id (host and port) under a new boot id: its old claims are dead at
+                # once, no waiting for their lease to run out.
+                assert pay_seconds < 5, pay_seconds
+                assert memo.is_error is False, text_of(memo)
+                assert OUTCOME not in meta_of(memo)
+                assert meta_of(memo_again)[REPLAYED] is True
+                memo_runs = read_executions(state, tool="hold_memo", key=memo_key)
+                assert 1 <= len(memo_runs) <= 2
+            finally:
+                release_gate(state, pay_gate)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("replica_ids", [None, ("replica-a", "replica-b")], ids=["port-0-default", "explicit-ids"])
+async def test_second_gateway_waits_for_a_live_first_one(tmp_path: Path, replica_ids: tuple[str, str] | None) -> None:
+    """Two gateways sharing one fence store, both started with `--port 0`: a retry at the second
+    while the first still runs the call must wait for the first answer (its owner is alive and
+    renewing its lease), not declare the first gateway dead. With explicit `fences.replica_id`s
+    it does; with the default id (host:configured port = host:0 for both) it does not."""
+    state = tmp_path / "hpay"
+    with start_http_server("dex_server", state_dir=state) as server:
+        configs = []
+        for i in range(2):
+            fences = {"store": f"sqlite:///{tmp_path / 'shared.db'}", "wait_seconds": 20}
+            if replica_ids:
+                fences["replica_id"] = replica_ids[i]
+            configs.append(write_config(tmp_path, {"upstreams": [http_upstream("hpay", server.url)],
+                                                   "fences": fences}, name=f"gateway-{i}.yaml"))
+        with start_gateway(configs[0]) as first, start_gateway(configs[1]) as second:
+            assert first.port != second.port
+            key, gate = new_key("two"), f"two-{uuid.uuid4().hex[:6]}"
+            results: dict[str, CallToolResult] = {}
+
+            async def call(name: str, url: str) -> None:
+                async with connect(url, "legacy") as client:
+                    results[name] = await client.call_tool("hpay__hold_payment", {"gate": gate}, meta={KEY: key})
+
+            try:
+                with anyio.fail_after(40):
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(call, "first", first.url)
+                        await anyio.to_thread.run_sync(lambda: wait_for_executions(state, 1, key=key))
+                        tg.start_soon(call, "second", second.url)
+                        await anyio.sleep(1.5)
+                        release_gate(state, gate)
+            finally:
+                release_gate(state, gate)
+    assert results["first"].is_error is False, text_of(results["first"])
+    assert results["second"].is_error is False, text_of(results["second"])
+    assert meta_of(results["second"])[REPLAYED] is True
+    assert text_of(results["second"]) == text_of(results["first"])
+    assert count_executions(state, tool="hold_payment", key=key) == 1

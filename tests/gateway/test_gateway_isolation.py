@@ -4,6 +4,7 @@ listed is answered "did not run"; a slow upstream times out per the effect rules
 
 from __future__ import annotations
 
+import json
 import socket
 import sys
 import threading
@@ -15,13 +16,15 @@ from pathlib import Path
 
 import httpx
 import pytest
+from mcp.shared.exceptions import MCPError
 
-from tests.gateway.conftest import KEY, OUTCOME, connect, meta_of, new_key, text_of
+from tests.gateway.helpers import KEY, OUTCOME, connect, meta_of, new_key, text_of
 from tests.support.gateway import RunningGateway, http_upstream, start_gateway, stdio_upstream, write_config
 from tests.support.servers import (
     RunningServer,
     count_executions,
     free_port,
+    read_executions,
     release_gate,
     spawn_http_server,
 )
@@ -107,8 +110,6 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
 
 
 def _sse_result(body: str) -> dict:
-    import json
-
     for line in body.splitlines():
         if line.startswith("data:"):
             message = json.loads(line[5:])
@@ -136,8 +137,6 @@ async def test_listing_and_calls_stay_fast_beside_bad_upstreams(setup: Setup, er
 
 
 async def test_tool_of_a_never_listed_upstream_is_an_unknown_tool(setup: Setup, era: str) -> None:
-    from mcp.shared.exceptions import MCPError
-
     started = time.monotonic()
     async with connect(setup.gateway.url, era) as client:
         with pytest.raises(MCPError) as caught:
@@ -187,8 +186,6 @@ async def test_slow_read_fails_after_its_attempts(setup: Setup, era: str) -> Non
     text = text_of(result)
     assert "no answer within 1 s" in text and "all 3 attempts" in text, text
     assert 2.5 < elapsed < 15
-    from tests.support.servers import read_executions
-
     assert len([r for r in read_executions(setup.slow_state, tool="sleep")
                 if r["arguments"]["seconds"] == seconds]) == 3
 

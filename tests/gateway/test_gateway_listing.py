@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from mcp_types import Tool
 
-from tests.gateway.conftest import APPROVAL, EFFECT, all_tools, connect, text_of, tools_by_name
+from tests.gateway.helpers import APPROVAL, EFFECT, all_tools, connect, text_of, tools_by_name
 from tests.support.gateway import (
     RunningGateway,
     http_upstream,

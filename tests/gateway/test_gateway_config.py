@@ -1,0 +1,176 @@
+"""`dex-gateway serve --config` with a bad file: a non-zero exit, and stderr that names the file,
+the line and the key (never a traceback)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from tests.support.gateway import run_gateway_cli
+
+pytestmark = pytest.mark.timeout(60)
+
+PY = sys.executable
+
+# name -> (YAML text, line the error must name, words stderr must contain)
+BAD_CONFIGS = {
+    "unknown_key": (
+        f"""\
+server:
+  host: 127.0.0.1
+upstreams:
+  - name: pay
+    transport: stdio
+    command: {PY}
+    comand_args: [x]
+""",
+        7, ["comand_args", "unknown key"],
+    ),
+    "unknown_top_level_key": (
+        """\
+server:
+  port: 0
+upstream: []
+""",
+        3, ["upstream", "unknown key"],
+    ),
+    "wrong_type": (
+        """\
+upstreams:
+  - name: pay
+    transport: streamable_http
+    url: http://127.0.0.1:9/mcp
+    call_timeout_seconds: soon
+""",
+        5, ["call_timeout_seconds"],
+    ),
+    "wrong_type_bool": (
+        """\
+upstreams:
+  - name: pay
+    transport: streamable_http
+    url: http://127.0.0.1:9/mcp
+    trusts_tool_annotations: [yes, no]
+""",
+        5, ["trusts_tool_annotations"],
+    ),
+    "duplicate_upstream_name": (
+        f"""\
+upstreams:
+  - name: pay
+    transport: stdio
+    command: {PY}
+  - name: pay
+    transport: streamable_http
+    url: http://127.0.0.1:9/mcp
+""",
+        5, ["duplicate", "pay", "name"],
+    ),
+    "missing_command": (
+        """\
+upstreams:
+  - name: pay
+    transport: stdio
+    args: [server.py]
+""",
+        2, ["command", "missing"],
+    ),
+    "missing_env_var": (
+        """\
+upstreams:
+  - name: pay
+    transport: streamable_http
+    url: http://127.0.0.1:9/mcp
+    headers:
+      Authorization: "Bearer ${DEX_TEST_SURELY_UNSET_TOKEN}"
+""",
+        6, ["DEX_TEST_SURELY_UNSET_TOKEN", "Authorization"],
+    ),
+    "unknown_transport": (
+        """\
+upstreams:
+  - name: pay
+    transport: carrier_pigeon
+    url: http://127.0.0.1:9/mcp
+""",
+        3, ["transport"],
+    ),
+    "bad_effect_in_policy": (
+        """\
+upstreams:
+  - name: pay
+    transport: streamable_http
+    url: http://127.0.0.1:9/mcp
+    tool_policies:
+      pay__send_payment: {effect: maybe}
+""",
+        6, ["effect"],
+    ),
+    "invalid_yaml": (
+        """\
+upstreams:
+  - name: pay
+    transport: [stdio
+""",
+        4, ["YAML"],
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, subprocess.CompletedProcess[str]]]:
+    """Every bad config through `dex-gateway serve`, run side by side (each start costs ~1 s)."""
+    root = tmp_path_factory.mktemp("bad-configs")
+    paths: dict[str, Path] = {}
+    for case, (text, _, _) in BAD_CONFIGS.items():
+        paths[case] = root / f"{case}.yaml"
+        paths[case].write_text(text)
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        futures = {case: pool.submit(run_gateway_cli, "serve", "--config", str(path), "--port", "0", timeout=30)
+                   for case, path in paths.items()}
+        return {case: (paths[case], future.result()) for case, future in futures.items()}
+
+
+@pytest.mark.parametrize("case", list(BAD_CONFIGS))
+def test_bad_config_names_file_line_and_key(outcomes: dict, case: str) -> None:
+    _, line, words = BAD_CONFIGS[case]
+    path, done = outcomes[case]
+    assert done.returncode != 0
+    err = done.stderr
+    assert "Traceback" not in err, err
+    assert "listening on" not in err
+    # file:line (the invalid-YAML case may point one line either way: the parser's mark)
+    lines = [int(m) for m in re.findall(re.escape(str(path)) + r":(\d+)", err)]
+    assert lines, err
+    if case == "invalid_yaml":
+        assert any(abs(n - line) <= 1 for n in lines), err
+    else:
+        assert line in lines, err
+    for word in words:
+        assert word.lower() in err.lower(), (word, err)
+
+
+def test_missing_env_var_is_not_reported_when_set(tmp_path: Path) -> None:
+    """The same reference with the variable set loads (tools lists nothing, the URL is dead)."""
+    text, _, _ = BAD_CONFIGS["missing_env_var"]
+    path = tmp_path / "gateway.yaml"
+    path.write_text(text.replace("pay\n", "pay\n    connect_timeout_seconds: 1\n", 1))
+    done = run_gateway_cli("tools", "--config", str(path), "--json",
+                           env={"DEX_TEST_SURELY_UNSET_TOKEN": "s3cr3t-value"}, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().startswith("[")
+    # Header values are never logged.
+    assert "s3cr3t-value" not in done.stderr + done.stdout
+
+
+def test_missing_config_file(tmp_path: Path) -> None:
+    path = tmp_path / "nope.yaml"
+    done = run_gateway_cli("serve", "--config", str(path), "--port", "0", timeout=30)
+    assert done.returncode != 0
+    assert str(path) in done.stderr and "not found" in done.stderr
+    assert "Traceback" not in done.stderr
