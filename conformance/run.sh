@@ -32,7 +32,8 @@ PIDS+=($!)
 SERVER_URL="$(wait_url "$WORK/server.log")"
 
 cat >"$WORK/gateway.yaml" <<YAML
-server: {host: 127.0.0.1, port: 0}
+# Stateful: elicitation and sampling requests from the upstream are relayed over the client session.
+server: {host: 127.0.0.1, port: 0, stateful: true}
 upstreams:
   # The suite is a plain MCP client (no idempotency keys): let keyless writes through.
   - {name: everything, transport: streamable_http, url: "$SERVER_URL", prefix: "", keyless_writes: pass}

@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 
 from .catalog import Catalog, ToolRoute
-from .conventions.answers import Answer
+from .conventions.answers import Answer, Dispatched
 from .conventions.keys import IDEMPOTENCY_KEY, MCP_RESERVED_PREFIX, Effect, Outcome
 from .conventions.outcomes import (
     AttemptEvent,
@@ -31,7 +31,7 @@ from .conventions.outcomes import (
 from .errors import UnknownToolError, UpstreamInterrupted, UpstreamNotSent, UpstreamRpcError
 from .fences import FenceRejected, Fences, FenceUnknown, Proceed, Replay
 from .principals import ANONYMOUS
-from .upstreams.rpc import ProgressCallback
+from .upstreams.rpc import CallRelay
 from .upstreams.upstream import Upstream
 
 logger = logging.getLogger(__name__)
@@ -48,18 +48,12 @@ class ToolCall:
     name: str
     arguments: dict[str, Any]
     meta: Mapping[str, Any]
-    on_progress: ProgressCallback | None = None
+    relay: CallRelay | None = None  # progress, logs and requests back to the client
 
     @property
     def idempotency_key(self) -> str | None:
         key = self.meta.get(IDEMPOTENCY_KEY)
         return key if isinstance(key, str) and key else None
-
-
-@dataclass(frozen=True, slots=True)
-class Dispatched:
-    answer: Answer
-    sent: bool  # False only when provably nothing reached the upstream
 
 
 class CallPipeline:
@@ -113,10 +107,9 @@ class CallPipeline:
 
     async def _dispatch(self, route: ToolRoute, call: ToolCall, *, fence_id: str | None, takeover: bool) -> Dispatched:
         if route.connector is not None:
-            answer = await route.connector.call(
+            return await route.connector.dispatch(
                 call.arguments, idempotency_key=call.idempotency_key, fence_id=fence_id, takeover=takeover
             )
-            return Dispatched(answer, sent=True)
         upstream = self._upstreams.get(route.upstream or "")
         if upstream is None:
             return Dispatched(_never_sent(route, f"upstream {route.upstream!r} is not configured"), sent=False)
@@ -129,7 +122,7 @@ class CallPipeline:
         sent = False
         attempt = 1
         while True:
-            event = await _attempt(upstream, params, call.on_progress)
+            event = await _attempt(upstream, params, call.relay)
             sent = sent or not isinstance(event, NotSent)
             verdict = resolve_attempt(route.name, route.effect, attempt, event, max_attempts=route.max_attempts)
             if not isinstance(verdict, SendAgain):
@@ -138,9 +131,9 @@ class CallPipeline:
             attempt += 1
 
 
-async def _attempt(upstream: Upstream, params: dict[str, Any], on_progress: ProgressCallback | None) -> AttemptEvent:
+async def _attempt(upstream: Upstream, params: dict[str, Any], relay: CallRelay | None) -> AttemptEvent:
     try:
-        result = await upstream.request("tools/call", params, on_progress=on_progress)
+        result = await upstream.request("tools/call", params, relay=relay)
     except UpstreamNotSent as exc:
         return NotSent(exc.reason)
     except UpstreamInterrupted as exc:

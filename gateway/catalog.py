@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import anyio
 
 from .config import HttpUpstreamConfig, StdioUpstreamConfig
-from .conventions.answers import Answer
+from .conventions.answers import Dispatched
 from .conventions.effects import Classification, ToolPolicy, classify_tool, publish_annotations, publish_tool_meta
 from .conventions.keys import Effect
 from .conventions.naming import exposed_tool_name
@@ -36,9 +36,9 @@ class ConnectorToolLike(Protocol):
     effect: Effect
     requires_approval: bool
 
-    async def call(
+    async def dispatch(
         self, arguments: dict[str, Any], *, idempotency_key: str | None, fence_id: str | None, takeover: bool
-    ) -> Answer: ...
+    ) -> Dispatched: ...
 
 
 class ConnectorSource(Protocol):

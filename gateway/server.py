@@ -5,17 +5,21 @@ from __future__ import annotations
 import fnmatch
 import logging
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
+import anyio
 import mcp_types as types
 from mcp.server import Server, ServerRequestContext
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPError, NoBackChannelError
+from mcp.shared.message import ServerMessageMetadata
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .calls import CallPipeline, ToolCall, forwardable_meta
 from .catalog import Catalog
 from .errors import UnknownToolError, UpstreamError, UpstreamRpcError
 from .principals import ANONYMOUS, PRINCIPAL_SCOPE_KEY
+from .upstreams.rpc import METHOD_NOT_FOUND, RelayRefused
 from .upstreams.upstream import Upstream
 
 logger = logging.getLogger(__name__)
@@ -51,7 +55,7 @@ class Front:
         self._pipeline = pipeline
         self._upstreams = upstreams
         self._tool_globs = tool_globs
-        self._sessions: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._connections: weakref.WeakSet[Any] = weakref.WeakSet()
         self.server = GatewayServer(
             "dex-mcp-gateway",
             version=version,
@@ -62,8 +66,12 @@ class Front:
             on_list_resources=self._list_resources,
             on_list_resource_templates=self._list_resource_templates,
             on_read_resource=self._read_resource,
+            on_subscribe_resource=self._subscribe,
+            on_unsubscribe_resource=self._unsubscribe,
             on_list_prompts=self._list_prompts,
             on_get_prompt=self._get_prompt,
+            on_completion=self._complete,
+            on_set_logging_level=self._set_logging_level,
         )
 
     # -- tools ----------------------------------------------------------------------------
@@ -86,7 +94,7 @@ class Front:
             name=params.name,
             arguments=dict(params.arguments or {}),
             meta=raw_meta,
-            on_progress=_progress_relay(ctx),
+            relay=ContextRelay(ctx),
         )
         try:
             answer = await self._pipeline.call(call)
@@ -145,7 +153,7 @@ class Front:
         if meta:
             params["_meta"] = meta
         try:
-            result = await upstream.request(method, params)
+            result = await upstream.request(method, params, relay=ContextRelay(ctx))
         except UpstreamRpcError as exc:
             raise MCPError(exc.code, exc.rpc_message, exc.data) from None
         except UpstreamError as exc:
@@ -155,20 +163,64 @@ class Front:
             result["_meta"] = {k: v for k, v in meta_out.items() if not k.startswith("io.modelcontextprotocol/")}
         return result
 
+    async def _subscribe(self, ctx: ServerRequestContext[Any], params: types.SubscribeRequestParams) -> types.EmptyResult:
+        await self._forward_for_uri(str(params.uri), "resources/subscribe", ctx)
+        return types.EmptyResult()
+
+    async def _unsubscribe(self, ctx: ServerRequestContext[Any], params: types.UnsubscribeRequestParams) -> types.EmptyResult:
+        await self._forward_for_uri(str(params.uri), "resources/unsubscribe", ctx)
+        return types.EmptyResult()
+
+    async def _forward_for_uri(self, uri: str, method: str, ctx: ServerRequestContext[Any]) -> dict[str, Any]:
+        upstream_name = await self._catalog.resource_upstream(uri)
+        if upstream_name is None:
+            raise MCPError(types.INVALID_PARAMS, f"no upstream serves resource {uri!r}")
+        return await self._forward(upstream_name, method, {"uri": uri}, ctx)
+
+    async def _complete(self, ctx: ServerRequestContext[Any], params: types.CompleteRequestParams) -> types.CompleteResult:
+        ref = params.ref.model_dump(by_alias=True, mode="json", exclude_none=True)
+        if ref.get("type") == "ref/prompt":
+            route = await self._catalog.prompt(str(ref.get("name")))
+            if route is None:
+                raise MCPError(types.INVALID_PARAMS, f"unknown prompt {ref.get('name')!r}")
+            upstream_name, ref = route.upstream, {**ref, "name": route.target}
+        else:
+            upstream_name = await self._catalog.resource_upstream(str(ref.get("uri")))
+            if upstream_name is None:
+                raise MCPError(types.INVALID_PARAMS, f"no upstream serves resource {ref.get('uri')!r}")
+        request = params.model_dump(by_alias=True, mode="json", exclude_none=True)
+        request.pop("_meta", None)
+        result = await self._forward(upstream_name, "completion/complete", {**request, "ref": ref}, ctx)
+        return types.CompleteResult.model_validate(result)
+
+    async def _set_logging_level(self, ctx: ServerRequestContext[Any], params: types.SetLevelRequestParams) -> types.EmptyResult:
+        """Pass the level on to every upstream that logs; those that do not are skipped."""
+        async def set_level(upstream: Upstream) -> None:
+            try:
+                await upstream.request("logging/setLevel", {"level": params.level})
+            except UpstreamError as exc:
+                logger.debug("upstream %s: logging/setLevel not applied: %s", upstream.name, exc)
+
+        async with anyio.create_task_group() as tg:
+            for upstream in self._upstreams.values():
+                tg.start_soon(set_level, upstream)
+        return types.EmptyResult()
+
     # -- notifications --------------------------------------------------------------------
 
     def _remember(self, ctx: ServerRequestContext[Any]) -> None:
-        if ctx.session is not None:
-            try:
-                self._sessions.add(ctx.session)
-            except TypeError:
-                pass
+        # ctx.session lives for one request; the connection under it lives as long as the
+        # client's MCP session, and its standalone stream is where list_changed goes. The SDK
+        # (2.3) exposes it only as ServerSession._connection.
+        connection = getattr(ctx.session, "_connection", None)
+        if connection is not None:
+            self._connections.add(connection)
 
     async def notify_tools_changed(self) -> None:
         """Tell every live session that the aggregated tool list changed."""
-        for session in list(self._sessions):
+        for connection in list(self._connections):
             try:
-                await session.send_tool_list_changed()
+                await connection.send_tool_list_changed()
             except Exception:  # noqa: BLE001 - a closed session just misses the notice
                 logger.debug("could not notify a session of a tool list change", exc_info=True)
 
@@ -186,17 +238,54 @@ def _raw_meta(ctx: ServerRequestContext[Any]) -> dict[str, Any]:
     return dict(meta) if isinstance(meta, dict) else {}
 
 
-def _progress_relay(ctx: ServerRequestContext[Any]) -> Callable[[float, float | None, str | None], Awaitable[None]] | None:
-    token = (ctx.meta or {}).get("progress_token")
-    if token is None:
-        return None
+class _AnyResult(BaseModel):
+    """A client's answer to a relayed request, kept as it came (the SDK validates it by method)."""
 
-    async def relay(progress: float, total: float | None, message: str | None) -> None:
+    model_config = ConfigDict(extra="allow")
+
+
+class ContextRelay:
+    """Sends what an upstream says during one request back to the client that made it."""
+
+    def __init__(self, ctx: ServerRequestContext[Any]) -> None:
+        self._ctx = ctx
+        self._token = (ctx.meta or {}).get("progress_token")
+
+    async def progress(self, progress: float, total: float | None, message: str | None) -> None:
+        if self._token is None:
+            return
         try:
-            await ctx.session.send_progress_notification(
-                token, progress, total, message, related_request_id=ctx.request_id
+            await self._ctx.session.send_progress_notification(
+                self._token, progress, total, message, related_request_id=self._ctx.request_id
             )
         except Exception:  # noqa: BLE001 - a lost progress notice must not fail the call
             logger.debug("progress notification dropped", exc_info=True)
 
-    return relay
+    async def log(self, params: dict[str, Any]) -> None:
+        level = params.get("level")
+        try:
+            await self._ctx.session.send_log_message(
+                level, params.get("data"), params.get("logger"), related_request_id=self._ctx.request_id
+            )
+        except Exception:  # noqa: BLE001 - a lost log line must not fail the call
+            logger.debug("log notification dropped", exc_info=True)
+
+    async def request(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+        try:
+            request = types.server_request_adapter.validate_python(
+                {"method": method, **({"params": params} if params is not None else {})}
+            )
+        except ValidationError:
+            raise RelayRefused(METHOD_NOT_FOUND, f"{method} cannot be relayed by the gateway") from None
+        try:
+            result = await self._ctx.session.send_request(
+                request, _AnyResult, metadata=ServerMessageMetadata(related_request_id=self._ctx.request_id)
+            )
+        except NoBackChannelError:
+            raise RelayRefused(
+                METHOD_NOT_FOUND,
+                f"{method} needs a live session with the client; the gateway serves this client statelessly",
+            ) from None
+        except MCPError as exc:
+            raise RelayRefused(exc.error.code, exc.error.message) from None
+        return result.model_dump(by_alias=True, mode="json", exclude_none=True)

@@ -9,7 +9,7 @@ from typing import Any
 
 import anyio
 
-from ..conventions.answers import Answer
+from ..conventions.answers import Answer, Dispatched
 from ..conventions.keys import GATEWAY_PREFIX, Effect
 from ..conventions.outcomes import Interrupted, NotSent, rejected, unknown
 from .bindings import Binding, ConnectorRequest, ConnectorResponse
@@ -87,17 +87,30 @@ class ConnectorTool:
         fence_id: str | None,
         takeover: bool,
     ) -> Answer:
+        dispatched = await self.dispatch(arguments, idempotency_key=idempotency_key, fence_id=fence_id, takeover=takeover)
+        return dispatched.answer
+
+    async def dispatch(
+        self,
+        arguments: dict[str, Any],
+        *,
+        idempotency_key: str | None,
+        fence_id: str | None,
+        takeover: bool,
+    ) -> Dispatched:
+        """Run the operation; `sent` is False only when no attempt can have reached the service."""
         problems = self.checker.violations(arguments)
         if problems:
-            return self._finish(rejected(
+            return Dispatched(self._finish(rejected(
                 f"{self.label}: the arguments do not match the tool's inputSchema, so the operation did not run: "
                 + "; ".join(problems)
-            ))
+            )), sent=False)
         call_id = self.call_id(idempotency_key=idempotency_key, fence_id=fence_id)
         mutation = self.spec.is_mutation
         if takeover and mutation and not self.effect.resendable:
             # A non-idempotent write is never sent twice, whatever asked for it.
-            return self._finish(unknown(f"{self.label}: an earlier attempt of this call may have been sent."), call_id, 0)
+            answer = self._finish(unknown(f"{self.label}: an earlier attempt of this call may have been sent."), call_id, 0)
+            return Dispatched(answer, sent=True)
         # For a mutation, did some attempt (or a call this one takes over) maybe reach the service?
         maybe_sent = takeover
         interruption: str | None = None
@@ -119,7 +132,7 @@ class ConnectorTool:
             )
             result = await self.binding.attempt(request, self.spec.execution.timeout)
             if isinstance(result, ConnectorResponse):
-                return self._answer(result, maybe_sent, call_id, attempt)
+                return Dispatched(self._answer(result, maybe_sent, call_id, attempt), sent=True)
             if isinstance(result, Interrupted):
                 maybe_sent = True
                 interruption = result.reason
@@ -127,13 +140,16 @@ class ConnectorTool:
                 not_sent = result.reason
         if mutation and maybe_sent:
             reason = interruption or "an earlier attempt may have been sent"
-            return self._finish(unknown(f"{self.label} was interrupted after it was sent: {reason}."), call_id, attempt)
+            answer = self._finish(unknown(f"{self.label} was interrupted after it was sent: {reason}."), call_id, attempt)
+            return Dispatched(answer, sent=True)
         if interruption is not None:
             every = "its only attempt" if attempt == 1 else f"all {attempt} attempts"
-            return self._finish(Answer.error_text(f"{self.label} was interrupted on {every}: {interruption}."), call_id, attempt)
-        return self._finish(Answer.error_text(
+            answer = self._finish(Answer.error_text(f"{self.label} was interrupted on {every}: {interruption}."), call_id, attempt)
+            return Dispatched(answer, sent=True)
+        answer = self._finish(Answer.error_text(
             f"{self.label} did not run: {not_sent}. Nothing was sent, so it is safe to call it again."
         ), call_id, attempt)
+        return Dispatched(answer, sent=False)
 
     def _answer(self, response: ConnectorResponse, maybe_sent: bool, call_id: str, attempt: int) -> Answer:
         decision: Decision = decide(

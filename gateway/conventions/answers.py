@@ -61,3 +61,15 @@ class Answer:
         if outcome is not None:
             merged[OUTCOME_KEY] = outcome.value
         return cls(content=[{"type": "text", "text": text}], is_error=True, meta=merged or None)
+
+
+@dataclass(frozen=True, slots=True)
+class Dispatched:
+    """What one dispatch (upstream or connector) ended with.
+
+    `sent` is False only when provably nothing reached the target on any attempt: the fence
+    is then released, so the same key may be sent again as a new call.
+    """
+
+    answer: Answer
+    sent: bool

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -17,7 +18,16 @@ import httpx
 from mcp.shared.inbound import NAME_BEARING_METHODS, encode_header_value
 
 from ..errors import UpstreamInterrupted, UpstreamNotSent, UpstreamRpcError
-from .rpc import CLIENT_INFO, HANDSHAKE_VERSION, MODERN_VERSION, ProgressCallback, deliver_progress, result_or_raise
+from .rpc import (
+    CLIENT_CAPABILITIES,
+    CLIENT_INFO,
+    HANDSHAKE_VERSION,
+    MODERN_VERSION,
+    CallRelay,
+    answer_server_request,
+    deliver_notification,
+    result_or_raise,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -78,18 +88,18 @@ class HttpConnection:
         params: dict[str, Any] | None,
         *,
         timeout: float,
-        on_progress: ProgressCallback | None = None,
+        relay: CallRelay | None = None,
     ) -> dict[str, Any]:
         await self._ensure_ready()
         try:
             with anyio.fail_after(timeout):
-                return await self._send_request(method, params, on_progress)
+                return await self._send_request(method, params, relay)
         except _SessionLost:
             # The upstream never processed the request (unknown session): handshake again, resend once.
             await self._reset_session()
             await self._ensure_ready()
             with anyio.fail_after(timeout):
-                return await self._send_request(method, params, on_progress)
+                return await self._send_request(method, params, relay)
         except TimeoutError:
             raise UpstreamInterrupted(self._name, f"no answer within {timeout:g} s") from None
 
@@ -131,7 +141,7 @@ class HttpConnection:
         return MODERN_VERSION in (result.get("supportedVersions") or [])
 
     async def _handshake(self) -> None:
-        params = {"protocolVersion": HANDSHAKE_VERSION, "capabilities": {}, "clientInfo": CLIENT_INFO}
+        params = {"protocolVersion": HANDSHAKE_VERSION, "capabilities": CLIENT_CAPABILITIES, "clientInfo": CLIENT_INFO}
         try:
             result = await self._post_and_read(self._message("initialize", params), None, capture_session=True)
         except UpstreamInterrupted as exc:
@@ -175,10 +185,10 @@ class HttpConnection:
         return headers
 
     async def _send_request(
-        self, method: str, params: dict[str, Any] | None, on_progress: ProgressCallback | None
+        self, method: str, params: dict[str, Any] | None, relay: CallRelay | None
     ) -> dict[str, Any]:
         message = self._message(method, dict(params) if params is not None else None)
-        if on_progress is not None:
+        if relay is not None:
             meta = dict((message.setdefault("params", {})).get("_meta") or {})
             meta["progressToken"] = message["id"]
             message["params"]["_meta"] = meta
@@ -192,10 +202,10 @@ class HttpConnection:
                 }
             )
             message["params"]["_meta"] = meta
-        return await self._post_and_read(message, on_progress)
+        return await self._post_and_read(message, relay)
 
     async def _post_and_read(
-        self, message: dict[str, Any], on_progress: ProgressCallback | None, *, capture_session: bool = False
+        self, message: dict[str, Any], relay: CallRelay | None, *, capture_session: bool = False
     ) -> dict[str, Any]:
         headers = self._base_headers()
         if self._version == MODERN_VERSION:
@@ -217,14 +227,14 @@ class HttpConnection:
         try:
             if capture_session and (sid := response.headers.get(_SESSION_HEADER)):
                 self._session_id = sid
-            return await self._read_response(response, message["id"], on_progress)
+            return await self._read_response(response, message["id"], relay)
         except httpx.HTTPError as exc:
             raise UpstreamInterrupted(self._name, f"connection broke while reading: {exc!s}") from None
         finally:
             await response.aclose()
 
     async def _read_response(
-        self, response: httpx.Response, request_id: int, on_progress: ProgressCallback | None
+        self, response: httpx.Response, request_id: int, relay: CallRelay | None
     ) -> dict[str, Any]:
         status = response.status_code
         content_type = response.headers.get("content-type", "").lower()
@@ -247,20 +257,55 @@ class HttpConnection:
             except ValueError:
                 raise UpstreamInterrupted(self._name, "unreadable response body (not JSON)") from None
         if content_type.startswith("text/event-stream"):
-            return await self._read_sse(response, request_id, on_progress)
+            return await self._read_event_stream(response, request_id, relay)
         raise UpstreamInterrupted(self._name, f"unexpected content type {content_type or '(none)'!r}")
 
-    async def _read_sse(
-        self, response: httpx.Response, request_id: int, on_progress: ProgressCallback | None
+    async def _read_event_stream(
+        self, response: httpx.Response, request_id: int, relay: CallRelay | None
     ) -> dict[str, Any]:
+        """Read SSE events until our answer; resume with Last-Event-ID when the server closes early."""
+        cursor = _StreamCursor()
+        current = response  # the caller closes the first response; resumed ones are ours
+        try:
+            for resumption in range(_MAX_RESUMPTIONS + 1):
+                answer = await self._read_events(current, request_id, relay, cursor)
+                if answer is not None:
+                    return answer
+                if cursor.last_event_id is None or resumption == _MAX_RESUMPTIONS:
+                    break
+                # The server ended the stream on purpose (SSE polling): reconnect after its retry delay.
+                await anyio.sleep(min(cursor.retry_seconds, _MAX_RETRY_SECONDS))
+                if current is not response:
+                    await current.aclose()
+                resumed = await self._resume(cursor.last_event_id)
+                if resumed is None:
+                    break
+                current = resumed
+        finally:
+            if current is not response:
+                await current.aclose()
+        raise UpstreamInterrupted(self._name, "the response stream ended without an answer")
+
+    async def _read_events(
+        self, response: httpx.Response, request_id: int, relay: CallRelay | None, cursor: "_StreamCursor"
+    ) -> dict[str, Any] | None:
         data_lines: list[str] = []
         async for line in response.aiter_lines():
-            if line.startswith("data:"):
-                data_lines.append(line[5:].removeprefix(" "))
+            if line:
+                field, _, value = line.partition(":")
+                value = value.removeprefix(" ")
+                if field == "data":
+                    data_lines.append(value)
+                elif field == "id":
+                    cursor.last_event_id = value
+                elif field == "retry" and value.isdigit():
+                    cursor.retry_seconds = int(value) / 1000
                 continue
-            if line or not data_lines:
-                continue  # event:/id:/retry: fields and keep-alive blank lines
+            if not data_lines:
+                continue  # keep-alives and priming events carry no data
             payload, data_lines = "\n".join(data_lines), []
+            if not payload.strip():
+                continue
             try:
                 message = json.loads(payload)
             except ValueError:
@@ -269,10 +314,44 @@ class HttpConnection:
                 continue
             if message.get("id") == request_id and ("result" in message or "error" in message):
                 return result_or_raise(self._name, message)
-            if "method" in message and "id" not in message:
-                await deliver_progress(message, on_progress)
-            # Server-to-client requests cannot be answered on a stateless hop; they are dropped.
-        raise UpstreamInterrupted(self._name, "the response stream ended without an answer")
+            if "method" in message and "id" in message:
+                await self._answer(message, relay)
+            elif "method" in message:
+                await deliver_notification(message, relay)
+        return None
+
+    async def _answer(self, message: dict[str, Any], relay: CallRelay | None) -> None:
+        """Answer a request the upstream made during our call (elicitation, sampling, ping...)."""
+        reply = await answer_server_request(message, relay)
+        try:
+            response = await self._client.post(self._url, json=reply, headers=self._base_headers())
+            await response.aclose()
+        except httpx.HTTPError as exc:
+            logger.warning("upstream %s: could not answer its %s request: %s", self._name, message.get("method"), exc)
+
+    async def _resume(self, last_event_id: str) -> httpx.Response | None:
+        headers = {**self._base_headers(), "accept": "text/event-stream", "last-event-id": last_event_id}
+        try:
+            response = await self._client.send(self._client.build_request("GET", self._url, headers=headers), stream=True)
+        except httpx.HTTPError as exc:
+            logger.info("upstream %s: resuming the event stream failed: %s", self._name, exc)
+            return None
+        if response.status_code != 200 or not response.headers.get("content-type", "").startswith("text/event-stream"):
+            await response.aclose()
+            return None
+        return response
+
+
+@dataclass
+class _StreamCursor:
+    """Where an SSE stream got to, so it can be resumed."""
+
+    last_event_id: str | None = None
+    retry_seconds: float = 1.0
+
+
+_MAX_RESUMPTIONS = 5
+_MAX_RETRY_SECONDS = 10.0
 
 
 class _SessionLost(Exception):

@@ -16,7 +16,32 @@ HANDSHAKE_VERSION = "2025-11-25"
 MODERN_VERSION = "2026-07-28"
 CLIENT_INFO = {"name": "dex-mcp-gateway", "version": "0.1.0"}
 
-ProgressCallback = Callable[[float, float | None, str | None], Awaitable[None]]
+# What the gateway tells an upstream it can do: server-to-client requests made during a call
+# are relayed to the calling client (or refused at once when it cannot answer them).
+CLIENT_CAPABILITIES: dict[str, Any] = {"sampling": {}, "elicitation": {}, "roots": {"listChanged": False}}
+
+METHOD_NOT_FOUND = -32601
+
+
+class RelayRefused(Exception):
+    """The calling client cannot answer a server-to-client request; sent upstream as an error."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class CallRelay(Protocol):
+    """Where messages an upstream sends *during* one request go: back to the calling client."""
+
+    async def progress(self, progress: float, total: float | None, message: str | None) -> None: ...
+
+    async def log(self, params: dict[str, Any]) -> None: ...
+
+    async def request(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+        """Ask the calling client (elicitation, sampling, roots); raises RelayRefused."""
+        ...
 
 
 class Connection(Protocol):
@@ -31,7 +56,7 @@ class Connection(Protocol):
         params: dict[str, Any] | None,
         *,
         timeout: float,
-        on_progress: ProgressCallback | None = None,
+        relay: CallRelay | None = None,
     ) -> dict[str, Any]:
         """Send one request and return its `result`.
 
@@ -58,13 +83,39 @@ def result_or_raise(upstream: str, message: Any) -> dict[str, Any]:
     return result
 
 
-async def deliver_progress(message: dict[str, Any], on_progress: ProgressCallback | None) -> None:
-    """Hand a `notifications/progress` message to the caller's callback (others are dropped)."""
-    if on_progress is None or message.get("method") != "notifications/progress":
+async def deliver_notification(message: dict[str, Any], relay: CallRelay | None) -> None:
+    """Hand a progress or log notification to the calling client (others are dropped)."""
+    if relay is None:
         return
     params = message.get("params") or {}
+    if message.get("method") == "notifications/message" and isinstance(params, dict):
+        await relay.log(params)
+        return
+    if message.get("method") != "notifications/progress":
+        return
     progress = params.get("progress")
     if not isinstance(progress, (int, float)):
         return
     total = params.get("total")
-    await on_progress(float(progress), float(total) if isinstance(total, (int, float)) else None, params.get("message"))
+    await relay.progress(float(progress), float(total) if isinstance(total, (int, float)) else None, params.get("message"))
+
+
+async def answer_server_request(message: dict[str, Any], relay: CallRelay | None) -> dict[str, Any]:
+    """The JSON-RPC response to a request the upstream sent us."""
+    method = str(message.get("method"))
+    params = message.get("params")
+    reply: dict[str, Any] = {"jsonrpc": "2.0", "id": message.get("id")}
+    if method == "ping":
+        reply["result"] = {}
+        return reply
+    if relay is None:
+        if method == "roots/list":
+            reply["result"] = {"roots": []}
+        else:
+            reply["error"] = {"code": METHOD_NOT_FOUND, "message": f"{method} cannot be answered on this hop"}
+        return reply
+    try:
+        reply["result"] = await relay.request(method, params if isinstance(params, dict) else None)
+    except RelayRefused as exc:
+        reply["error"] = {"code": exc.code, "message": exc.message}
+    return reply

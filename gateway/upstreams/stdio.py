@@ -21,12 +21,18 @@ from anyio.streams.text import TextReceiveStream
 from mcp.client.stdio import get_default_environment
 
 from ..errors import UpstreamInterrupted, UpstreamNotSent, UpstreamRpcError
-from .rpc import CLIENT_INFO, HANDSHAKE_VERSION, ProgressCallback, deliver_progress, result_or_raise
+from .rpc import (
+    CLIENT_CAPABILITIES,
+    CLIENT_INFO,
+    HANDSHAKE_VERSION,
+    CallRelay,
+    answer_server_request,
+    deliver_notification,
+    result_or_raise,
+)
 
 logger = logging.getLogger(__name__)
 
-# Answers to requests an upstream may send us; anything else gets "method not found".
-_SERVER_REQUEST_ANSWERS: dict[str, dict[str, Any]] = {"ping": {}, "roots/list": {"roots": []}}
 _MAX_LINE = 64 * 1024 * 1024
 _LIST_CHANGED = frozenset(
     {"notifications/tools/list_changed", "notifications/prompts/list_changed", "notifications/resources/list_changed"}
@@ -37,7 +43,7 @@ _LIST_CHANGED = frozenset(
 class _Pending:
     done: anyio.Event = field(default_factory=anyio.Event)
     message: dict[str, Any] | None = None
-    on_progress: ProgressCallback | None = None
+    relay: CallRelay | None = None
 
 
 class StdioConnection:
@@ -54,6 +60,7 @@ class StdioConnection:
         self._write_lock = anyio.Lock()
         self._alive = True
         self._cancel = anyio.CancelScope()
+        self._task_group = task_group
         self._exited = anyio.Event()
         self.protocol_version: str | None = None
         task_group.start_soon(self._run)
@@ -85,7 +92,7 @@ class StdioConnection:
             with anyio.fail_after(connect_timeout):
                 result = await conn._call(
                     "initialize",
-                    {"protocolVersion": HANDSHAKE_VERSION, "capabilities": {}, "clientInfo": CLIENT_INFO},
+                    {"protocolVersion": HANDSHAKE_VERSION, "capabilities": CLIENT_CAPABILITIES, "clientInfo": CLIENT_INFO},
                     None,
                 )
             conn.protocol_version = str(result.get("protocolVersion") or HANDSHAKE_VERSION)
@@ -106,16 +113,16 @@ class StdioConnection:
         params: dict[str, Any] | None,
         *,
         timeout: float,
-        on_progress: ProgressCallback | None = None,
+        relay: CallRelay | None = None,
     ) -> dict[str, Any]:
         try:
             with anyio.fail_after(timeout):
-                return await self._call(method, params, on_progress)
+                return await self._call(method, params, relay)
         except TimeoutError:
             raise UpstreamInterrupted(self._name, f"no answer within {timeout:g} s") from None
 
     async def _call(
-        self, method: str, params: dict[str, Any] | None, on_progress: ProgressCallback | None
+        self, method: str, params: dict[str, Any] | None, relay: CallRelay | None
     ) -> dict[str, Any]:
         if not self._alive:
             raise UpstreamNotSent(self._name, "the upstream process is not running")
@@ -123,10 +130,10 @@ class StdioConnection:
         message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
         if params is not None:
             message["params"] = dict(params)
-        if on_progress is not None:
+        if relay is not None:
             params_out = message.setdefault("params", {})
             params_out["_meta"] = {**(params_out.get("_meta") or {}), "progressToken": request_id}
-        pending = _Pending(on_progress=on_progress)
+        pending = _Pending(relay=relay)
         self._pending[request_id] = pending
         try:
             await self._write(message)
@@ -187,11 +194,8 @@ class StdioConnection:
                 await self._answer_server_request(message)
             elif message["method"] in _LIST_CHANGED and self._on_list_changed is not None:
                 self._on_list_changed()
-            elif message["method"] == "notifications/progress":
-                token = (message.get("params") or {}).get("progressToken")
-                pending = self._pending.get(token) if isinstance(token, int) else None
-                if pending is not None:
-                    await deliver_progress(message, pending.on_progress)
+            else:
+                await deliver_notification(message, self._relay_for(message))
             return
         request_id = message.get("id")
         pending = self._pending.get(request_id) if isinstance(request_id, int) else None
@@ -199,13 +203,22 @@ class StdioConnection:
             pending.message = message
             pending.done.set()
 
+    def _relay_for(self, message: dict[str, Any]) -> CallRelay | None:
+        """The relay of the call a message belongs to: by progress token, else the only call."""
+        token = (message.get("params") or {}).get("progressToken")
+        if isinstance(token, int) and token in self._pending:
+            return self._pending[token].relay
+        # A stdio message names no request; with one call in flight it can only be that one's.
+        if len(self._pending) == 1:
+            return next(iter(self._pending.values())).relay
+        return None
+
     async def _answer_server_request(self, message: dict[str, Any]) -> None:
-        answer = _SERVER_REQUEST_ANSWERS.get(message["method"])
-        reply: dict[str, Any] = {"jsonrpc": "2.0", "id": message["id"]}
-        if answer is not None:
-            reply["result"] = answer
-        else:
-            reply["error"] = {"code": -32601, "message": f"the gateway does not handle {message['method']}"}
+        # Answered in the background: the reader must keep reading while a person answers.
+        self._task_group.start_soon(self._answer_in_background, message)
+
+    async def _answer_in_background(self, message: dict[str, Any]) -> None:
+        reply = await answer_server_request(message, self._relay_for(message))
         try:
             await self._write(reply)
         except UpstreamNotSent:

@@ -12,7 +12,7 @@ from anyio.abc import TaskGroup
 from ..config import HttpUpstreamConfig, StdioUpstreamConfig
 from ..errors import UpstreamInterrupted, UpstreamNotSent, UpstreamRpcError
 from .http import HttpConnection
-from .rpc import Connection, ProgressCallback
+from .rpc import CallRelay, Connection
 from .stdio import StdioConnection
 
 logger = logging.getLogger(__name__)
@@ -36,13 +36,13 @@ class Upstream:
         params: dict[str, Any] | None,
         *,
         timeout: float | None = None,
-        on_progress: ProgressCallback | None = None,
+        relay: CallRelay | None = None,
     ) -> dict[str, Any]:
         """One request on the pooled connection; raises UpstreamNotSent/Interrupted/RpcError."""
         connection = await self._connected()
         try:
             return await connection.request(
-                method, params, timeout=timeout or self.config.call_timeout_seconds, on_progress=on_progress
+                method, params, timeout=timeout or self.config.call_timeout_seconds, relay=relay
             )
         except (UpstreamInterrupted, UpstreamNotSent):
             if not connection.alive:
