@@ -62,7 +62,8 @@ def replica_id_for(config: GatewayConfig) -> str:
     if config.fences.replica_id:
         return config.fences.replica_id
     if config.server.port == 0:
-        # An ephemeral port names no stable replica: never mistake a live peer for our past self.
+        # An unbound port 0 names no stable replica: never mistake a live peer for our past self.
+        # (`dex-gateway serve` binds first and passes the real port.)
         return f"{socket.gethostname()}:ephemeral:{uuid.uuid4().hex}"
     return f"{socket.gethostname()}:{config.server.port}"
 

@@ -8,6 +8,7 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
+from functools import partial
 from datetime import timedelta
 from typing import Any
 
@@ -109,20 +110,25 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 async def _serve_async(config: GatewayConfig) -> None:
-    app = create_app(config)
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app,
-            host=config.server.host,
-            port=config.server.port,
-            log_level="warning",
-            access_log=False,
-            lifespan="on",
-            timeout_graceful_shutdown=30,
-        )
+    uv_config = uvicorn.Config(
+        None,  # the app is made once the port is known (below)
+        host=config.server.host,
+        port=config.server.port,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=30,
     )
+    # Bind first: with --port 0 the replica id must name the port actually bound, so two
+    # gateways on one host never mistake each other for a restarted self.
+    sock = uv_config.bind_socket()
+    bound_port = sock.getsockname()[1]
+    if bound_port != config.server.port:
+        config = config.model_copy(update={"server": config.server.model_copy(update={"port": bound_port})})
+    uv_config.app = create_app(config)
+    server = uvicorn.Server(uv_config)
     async with anyio.create_task_group() as tg:
-        tg.start_soon(server.serve)
+        tg.start_soon(partial(server.serve, sockets=[sock]))
         while not server.started:
             if server.should_exit:
                 return
@@ -130,11 +136,9 @@ async def _serve_async(config: GatewayConfig) -> None:
         # Objects made during start-up live for the whole run; keeping them out of the
         # collector's generations shortens GC pauses under load.
         gc.freeze()
-        for srv in server.servers:
-            for sock in srv.sockets:
-                host, port = sock.getsockname()[:2]
-                shown = f"[{host}]" if ":" in host else host
-                logger.info("listening on http://%s:%d%s", shown, port, config.server.path)
+        host = config.server.host
+        shown = f"[{host}]" if ":" in host else host
+        logger.info("listening on http://%s:%d%s", shown, bound_port, config.server.path)
 
 
 # -- tools --------------------------------------------------------------------------------

@@ -10,11 +10,11 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
-import httpx
 from mcp.shared.inbound import NAME_BEARING_METHODS, encode_header_value
 
 from ..errors import UpstreamInterrupted, UpstreamNotSent, UpstreamRpcError
@@ -28,11 +28,29 @@ from .rpc import (
     deliver_notification,
     result_or_raise,
 )
+from .tls import HttpxPool
+from .wire import ConnectFailed, ConnectionBroke, HttpPool, WireError
+
+
+class Response(Protocol):
+    """What both pools hand back."""
+
+    status: int
+    headers: Mapping[str, str]  # lower-cased names
+
+    async def aread(self) -> bytes: ...
+
+    def aiter_lines(self) -> AsyncIterator[str]: ...
+
+    async def aclose(self) -> None: ...
+
 
 logger = logging.getLogger(__name__)
 
 _SESSION_HEADER = "mcp-session-id"
-_NOT_SENT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+# Requests that must never reach an upstream twice by a transport-level resend: whether a tool
+# call is sent again is decided by the outcome rules (by effect), not by the connection pool.
+_NO_TRANSPORT_RESEND = frozenset({"tools/call"})
 
 
 class HttpConnection:
@@ -44,17 +62,16 @@ class HttpConnection:
         headers: dict[str, str],
         protocol: str,
         connect_timeout: float,
-        client: httpx.AsyncClient | None = None,
     ) -> None:
         self._name = name
         self._url = url
         self._protocol_choice = protocol
-        self._client = client or httpx.AsyncClient(
-            headers=headers,
-            timeout=httpx.Timeout(None, connect=connect_timeout),
-            limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
+        # The lean pool for plain HTTP (the hot path); httpx where TLS is needed.
+        self._pool: HttpPool | HttpxPool = (
+            HttpxPool(connect_timeout=connect_timeout, default_headers=headers)
+            if url.startswith("https://")
+            else HttpPool(connect_timeout=connect_timeout, default_headers=headers)
         )
-        self._owns_client = client is None
         self._connect_timeout = connect_timeout
         self._ids = itertools.count(1)
         self._version: str | None = None  # negotiated protocol version once ready
@@ -76,11 +93,11 @@ class HttpConnection:
             # Courtesy DELETE so a stateful upstream can free the session; failures do not matter.
             with anyio.move_on_after(2):
                 try:
-                    await self._client.delete(self._url, headers=self._base_headers())
-                except httpx.HTTPError:
+                    async with self._pool.stream("DELETE", self._url, headers=self._base_headers()):
+                        pass
+                except WireError:
                     pass
-        if self._owns_client:
-            await self._client.aclose()
+        await self._pool.aclose()
 
     async def request(
         self,
@@ -158,14 +175,11 @@ class HttpConnection:
             self._session_id = None
 
     async def _notify(self, method: str) -> None:
+        body = json.dumps({"jsonrpc": "2.0", "method": method}).encode()
         try:
-            response = await self._client.post(
-                self._url, json={"jsonrpc": "2.0", "method": method}, headers=self._base_headers()
-            )
-            await response.aclose()
-        except _NOT_SENT_ERRORS as exc:
-            raise UpstreamNotSent(self._name, f"cannot connect: {exc}") from None
-        except httpx.HTTPError as exc:
+            async with self._pool.stream("POST", self._url, headers=self._json_headers(), body=body) as response:
+                await response.aread()
+        except WireError as exc:
             raise UpstreamNotSent(self._name, f"{method} failed: {exc}") from None
 
     # -- one exchange ---------------------------------------------------------------------
@@ -175,6 +189,9 @@ class HttpConnection:
         if params is not None:
             message["params"] = params
         return message
+
+    def _json_headers(self) -> dict[str, str]:
+        return {**self._base_headers(), "content-type": "application/json"}
 
     def _base_headers(self) -> dict[str, str]:
         headers = {"accept": "application/json, text/event-stream"}
@@ -217,26 +234,21 @@ class HttpConnection:
                 headers["mcp-name"] = encode_header_value(name)
         body = json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode()
         headers["content-type"] = "application/json"
-        request = self._client.build_request("POST", self._url, content=body, headers=headers)
+        retry_stale = message["method"] not in _NO_TRANSPORT_RESEND
         try:
-            response = await self._client.send(request, stream=True)
-        except _NOT_SENT_ERRORS as exc:
-            raise UpstreamNotSent(self._name, f"cannot connect: {exc!s}" or type(exc).__name__) from None
-        except httpx.HTTPError as exc:
-            raise UpstreamInterrupted(self._name, f"connection broke: {exc!s}" or type(exc).__name__) from None
-        try:
-            if capture_session and (sid := response.headers.get(_SESSION_HEADER)):
-                self._session_id = sid
-            return await self._read_response(response, message["id"], relay)
-        except httpx.HTTPError as exc:
-            raise UpstreamInterrupted(self._name, f"connection broke while reading: {exc!s}") from None
-        finally:
-            await response.aclose()
+            async with self._pool.stream("POST", self._url, headers=headers, body=body, retry_stale=retry_stale) as response:
+                if capture_session and (sid := response.headers.get(_SESSION_HEADER)):
+                    self._session_id = sid
+                return await self._read_response(response, message["id"], relay)
+        except ConnectFailed as exc:
+            raise UpstreamNotSent(self._name, str(exc)) from None
+        except ConnectionBroke as exc:
+            raise UpstreamInterrupted(self._name, str(exc)) from None
+        except WireError as exc:
+            raise UpstreamNotSent(self._name, str(exc)) from None
 
-    async def _read_response(
-        self, response: httpx.Response, request_id: int, relay: CallRelay | None
-    ) -> dict[str, Any]:
-        status = response.status_code
+    async def _read_response(self, response: Response, request_id: int, relay: CallRelay | None) -> dict[str, Any]:
+        status = response.status
         content_type = response.headers.get("content-type", "").lower()
         if status == 404 and self._session_id is not None:
             raise _SessionLost()
@@ -260,9 +272,7 @@ class HttpConnection:
             return await self._read_event_stream(response, request_id, relay)
         raise UpstreamInterrupted(self._name, f"unexpected content type {content_type or '(none)'!r}")
 
-    async def _read_event_stream(
-        self, response: httpx.Response, request_id: int, relay: CallRelay | None
-    ) -> dict[str, Any]:
+    async def _read_event_stream(self, response: Response, request_id: int, relay: CallRelay | None) -> dict[str, Any]:
         """Read SSE events until our answer; resume with Last-Event-ID when the server closes early."""
         cursor = _StreamCursor()
         current = response  # the caller closes the first response; resumed ones are ours
@@ -287,7 +297,7 @@ class HttpConnection:
         raise UpstreamInterrupted(self._name, "the response stream ended without an answer")
 
     async def _read_events(
-        self, response: httpx.Response, request_id: int, relay: CallRelay | None, cursor: "_StreamCursor"
+        self, response: Response, request_id: int, relay: CallRelay | None, cursor: "_StreamCursor"
     ) -> dict[str, Any] | None:
         data_lines: list[str] = []
         async for line in response.aiter_lines():
@@ -323,20 +333,22 @@ class HttpConnection:
     async def _answer(self, message: dict[str, Any], relay: CallRelay | None) -> None:
         """Answer a request the upstream made during our call (elicitation, sampling, ping...)."""
         reply = await answer_server_request(message, relay)
+        body = json.dumps(reply, separators=(",", ":"), ensure_ascii=False).encode()
         try:
-            response = await self._client.post(self._url, json=reply, headers=self._base_headers())
-            await response.aclose()
-        except httpx.HTTPError as exc:
+            async with self._pool.stream("POST", self._url, headers=self._json_headers(), body=body) as response:
+                await response.aread()
+        except WireError as exc:
             logger.warning("upstream %s: could not answer its %s request: %s", self._name, message.get("method"), exc)
 
-    async def _resume(self, last_event_id: str) -> httpx.Response | None:
+    async def _resume(self, last_event_id: str) -> Response | None:
         headers = {**self._base_headers(), "accept": "text/event-stream", "last-event-id": last_event_id}
+        exchange = self._pool.stream("GET", self._url, headers=headers)
         try:
-            response = await self._client.send(self._client.build_request("GET", self._url, headers=headers), stream=True)
-        except httpx.HTTPError as exc:
+            response = await exchange.__aenter__()
+        except WireError as exc:
             logger.info("upstream %s: resuming the event stream failed: %s", self._name, exc)
             return None
-        if response.status_code != 200 or not response.headers.get("content-type", "").startswith("text/event-stream"):
+        if response.status != 200 or not response.headers.get("content-type", "").startswith("text/event-stream"):
             await response.aclose()
             return None
         return response

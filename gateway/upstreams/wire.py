@@ -145,11 +145,14 @@ class HttpPool:
         return sum(len(stack) for stack in self._idle.values())
 
     def stream(
-        self, method: str, url: str, *, headers: Mapping[str, str], body: bytes = b""
+        self, method: str, url: str, *, headers: Mapping[str, str], body: bytes = b"", retry_stale: bool = True
     ) -> _Exchange:
         """`async with pool.stream(...) as response:` sends the request and enters once the
-        response head is read; leaving the block closes (or recycles) the response."""
-        return _Exchange(self, method, url, headers, body)
+        response head is read; leaving the block closes (or recycles) the response.
+
+        `retry_stale=False` never resends on a fresh connection after a reused one broke:
+        for requests that must not reach a server twice (see `_open`)."""
+        return _Exchange(self, method, url, headers, body, retry_stale)
 
     async def aclose(self) -> None:
         self._closed = True
@@ -182,7 +185,9 @@ class HttpPool:
         except (h11.LocalProtocolError, UnicodeEncodeError) as exc:
             raise WireError(f"invalid request: {exc}") from None
 
-    async def _open(self, method: str, url: str, headers: Mapping[str, str], body: bytes) -> Response:
+    async def _open(
+        self, method: str, url: str, headers: Mapping[str, str], body: bytes, retry_stale: bool = True
+    ) -> Response:
         if self._closed:
             raise WireError("the HTTP pool is closed")
         target = self._target(url)
@@ -210,7 +215,7 @@ class HttpPool:
                 event = await _read_head(conn)
             except _IO_ERRORS as exc:
                 await self._close(conn)
-                if conn.used and not conn.received_any and not retried:
+                if retry_stale and conn.used and not conn.received_any and not retried:
                     # Stale keep-alive: a connection that sat idle in the pool died (EOF or
                     # reset while sending, or before any response byte) -- the server closed it
                     # while idle, racing our request. A server that closed the connection never
@@ -309,9 +314,11 @@ async def _read_head(conn: _Conn) -> h11.Response:
 class _Exchange:
     __slots__ = ("_pool", "_args", "_response")
 
-    def __init__(self, pool: HttpPool, method: str, url: str, headers: Mapping[str, str], body: bytes) -> None:
+    def __init__(
+        self, pool: HttpPool, method: str, url: str, headers: Mapping[str, str], body: bytes, retry_stale: bool
+    ) -> None:
         self._pool = pool
-        self._args = (method, url, headers, body)
+        self._args = (method, url, headers, body, retry_stale)
         self._response: Response | None = None
 
     async def __aenter__(self) -> Response:

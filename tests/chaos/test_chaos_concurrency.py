@@ -7,7 +7,7 @@ plain_server ignores idempotency keys, so only the gateway's fence keeps a key t
   (one sent, 49 replayed after waiting for it). `held`: the upstream is paused (its notes
   lock held by the test) until all 50 are in flight, so 49 of them must wait on a live
   owner; `racing`: nothing paused, the calls race the claim and the first answer.
-* N calls with distinct keys over 16 SDK clients: N executions, one per key.
+* 1,000 calls with distinct keys over 16 SDK clients: 1,000 executions, one per key.
 
 Against SQLite (one gateway) and the machine's PostgreSQL (two gateway processes sharing a
 fresh schema, calls spread across both; the schema is dropped afterwards; skipped only if
@@ -174,12 +174,7 @@ async def distinct_keys(rig: Rig, n: int) -> None:
            f"{dict(per_gateway)}: upstream executions={len(executions)}, {seconds:.1f} s ({n / seconds:.0f} calls/s)")
 
 
-@pytest.mark.timeout(120)
-async def test_two_hundred_distinct_keys_run_once_each(rig: Rig) -> None:
-    await distinct_keys(rig, 200)
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(180)
 async def test_thousand_distinct_keys_run_once_each(rig: Rig) -> None:
+    # ~8 s per store on the 2-core reference box (SDK clients, gateways and upstream share it).
     await distinct_keys(rig, 1000)

@@ -1,0 +1,208 @@
+"""End-to-end fence overhead per write call through the gateway.
+
+    .venv/bin/python bench/fence_gateway_bench.py [--calls 1000] [--rounds 2] [--json]
+
+One upstream (bench/echo_server.py, tool `write`: non_idempotent_write, answers its `text`)
+behind two `dex-gateway serve` processes, and the same tool called three ways, sequentially
+(concurrency 1), `--calls` measured calls per case:
+
+  (a) fenced, SQLite   gateway A, entry `fenced` (`fenced__write`), a fresh idempotency key
+                       per call: claim pending + store the answer in SQLite (WAL, one file);
+  (b) fenced, PG       gateway B (same config, `fences.store` = the machine's PostgreSQL in a
+                       fresh schema, dropped afterwards), the same entry and keys;
+  (c) unfenced         gateway A, entry `open` on the same upstream URL with
+                       `keyless_writes: pass` (`open__write`), called without a key: the
+                       gateway's whole path minus the fence;
+  (d) direct           the upstream itself, for reference (not part of the ratios).
+
+The calls of each case are split into `--rounds` slices run in turn (a b c d a b c d ...), so
+a drift of the machine during the run (CPU frequency, another process) spreads over every
+case instead of landing on one. Driver: bench/loadgen.py (raw asyncio HTTP/1.1 JSON-RPC, its
+own process, no SDK client), `--warmup` unmeasured calls before each slice.
+
+Output: p50/p99/mean per case, and the fence's added cost as (a)-(c) and (b)-(c) in ms and
+as ratios (a)/(c), (b)/(c) at p50 and p99. The load generator, the gateways, the upstream and
+PostgreSQL share the machine's cores; at c=1 they mostly take turns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from gateway_overhead import PYTHON, ROOT, Proc, percentile, start, wait_for_tools  # noqa: E402
+
+PG_URL = os.environ.get("DEX_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+def gateway_yaml(upstream_url: str, store: str) -> str:
+    return (
+        "server: {host: 127.0.0.1, port: 0}\n"
+        "upstreams:\n"
+        f"  - {{name: fenced, transport: streamable_http, url: \"{upstream_url}\"}}\n"
+        f"  - {{name: open, transport: streamable_http, url: \"{upstream_url}\", keyless_writes: pass}}\n"
+        f"fences: {{store: \"{store}\"}}\n"
+    )
+
+
+def pg_schema_action(sql: str) -> str | None:
+    """Run one statement on PG_URL; the error text if PostgreSQL is unreachable."""
+    import asyncpg
+
+    async def go() -> None:
+        conn = await asyncpg.connect(PG_URL, timeout=3)
+        try:
+            await conn.execute(sql)
+        finally:
+            await conn.close()
+
+    try:
+        asyncio.run(go())
+    except (OSError, asyncio.TimeoutError, asyncpg.PostgresError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def run_slice(url: str, tool: str, calls: int, fresh_keys: bool, args: argparse.Namespace) -> dict[str, Any]:
+    cmd = [
+        PYTHON, str(HERE / "loadgen.py"), "--url", url, "--tool", tool, "--concurrency", "1",
+        "--calls", str(calls), "--warmup", str(args.warmup), "--max-seconds", str(args.max_seconds),
+        "--driver", "raw",
+    ]
+    if fresh_keys:
+        cmd.append("--fresh-keys")
+    out = subprocess.run(cmd, capture_output=True, check=False, cwd=ROOT)
+    if out.returncode != 0:
+        raise SystemExit(f"load generator failed: {out.stderr.decode(errors='replace')[-2000:]}")
+    return json.loads(out.stdout)
+
+
+def summarize(latencies: list[float], errors: int, first_errors: list[str]) -> dict[str, Any]:
+    return {
+        "calls": len(latencies),
+        "errors": errors,
+        "first_errors": first_errors[:2],
+        "p50_ms": percentile(latencies, 50),
+        "p99_ms": percentile(latencies, 99),
+        "mean_ms": statistics.fmean(latencies) if latencies else float("nan"),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--calls", type=int, default=1000, help="measured calls per case")
+    parser.add_argument("--rounds", type=int, default=2, help="slices per case, run in turn")
+    parser.add_argument("--warmup", type=int, default=100, help="unmeasured calls before each slice")
+    parser.add_argument("--max-seconds", type=float, default=120.0, help="time cap per slice")
+    parser.add_argument("--no-direct", action="store_true", help="skip the direct-to-upstream reference row")
+    parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs, configs, SQLite file)")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
+    args = parser.parse_args()
+
+    workdir = Path(tempfile.mkdtemp(prefix="dex-fence-bench-"))
+    procs: list[Proc] = []
+    schema = f"fence_bench_{uuid.uuid4().hex[:10]}"
+    pg_problem = pg_schema_action("SELECT 1")
+    try:
+        upstream = start("upstream", [PYTHON, str(HERE / "echo_server.py"), "--port", "0"], workdir)
+        procs.append(upstream)
+        exe = shutil.which("dex-gateway", path=str(Path(PYTHON).parent)) or "dex-gateway"
+
+        def gateway(name: str, store: str) -> Proc:
+            config = workdir / f"{name}.yaml"
+            config.write_text(gateway_yaml(upstream.url, store))
+            proc = start(name, [exe, "serve", "--config", str(config), "--port", "0"], workdir)
+            procs.append(proc)
+            wait_for_tools(proc.url, {"fenced__write", "open__write"})
+            return proc
+
+        gw_sqlite = gateway("gateway-sqlite", f"sqlite:///{workdir / 'fences.db'}")
+        gw_pg = None if pg_problem else gateway("gateway-pg", f"{PG_URL}{'&' if '?' in PG_URL else '?'}schema={schema}")
+
+        # case -> (url, tool, fresh keys)
+        cases: dict[str, tuple[str, str, bool]] = {
+            "(a) fenced, SQLite": (gw_sqlite.url, "fenced__write", True),
+        }
+        if gw_pg is not None:
+            cases["(b) fenced, PostgreSQL"] = (gw_pg.url, "fenced__write", True)
+        cases["(c) unfenced (keyless pass)"] = (gw_sqlite.url, "open__write", False)
+        if not args.no_direct:
+            cases["(d) direct to upstream"] = (upstream.url, "write", False)
+
+        rounds = max(1, args.rounds)
+        per_slice = [args.calls // rounds + (1 if i < args.calls % rounds else 0) for i in range(rounds)]
+        raw: dict[str, dict[str, Any]] = {name: {"lat": [], "errors": 0, "first_errors": []} for name in cases}
+        for n in per_slice:
+            for name, (url, tool, fresh) in cases.items():
+                out = run_slice(url, tool, n, fresh, args)
+                raw[name]["lat"].extend(out["latencies_ms"])
+                raw[name]["errors"] += out["errors"]
+                raw[name]["first_errors"].extend(out["first_errors"])
+
+        rows = {name: summarize(r["lat"], r["errors"], r["first_errors"]) for name, r in raw.items()}
+        base = rows["(c) unfenced (keyless pass)"]
+        added = {}
+        for name in ("(a) fenced, SQLite", "(b) fenced, PostgreSQL"):
+            if name in rows:
+                r = rows[name]
+                added[name] = {
+                    "p50_added_ms": r["p50_ms"] - base["p50_ms"],
+                    "p99_added_ms": r["p99_ms"] - base["p99_ms"],
+                    "mean_added_ms": r["mean_ms"] - base["mean_ms"],
+                    "p50_ratio": r["p50_ms"] / base["p50_ms"],
+                    "p99_ratio": r["p99_ms"] / base["p99_ms"],
+                }
+        meta = {
+            "calls_per_case": args.calls,
+            "rounds": rounds,
+            "concurrency": 1,
+            "cpus": os.cpu_count(),
+            "python": sys.version.split()[0],
+            "postgresql": None if pg_problem else PG_URL,
+            "postgresql_skipped": pg_problem,
+        }
+        if args.json:
+            print(json.dumps({"meta": meta, "rows": rows, "added_over_unfenced": added}, indent=2))
+        else:
+            print(f"fence overhead end to end: write tool through dex-gateway, c=1, {args.calls} calls per case "
+                  f"in {rounds} interleaved slices, {meta['cpus']} CPU cores shared by all processes")
+            if pg_problem:
+                print(f"(b) skipped: PostgreSQL unreachable at {PG_URL}: {pg_problem}")
+            header = f"{'case':<30} {'calls':>6} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8} | {'+p50 ms':>8} {'+p99 ms':>8} {'p50 x':>6} {'p99 x':>6}"
+            print(header)
+            print("-" * len(header))
+            for name, r in rows.items():
+                extra = ""
+                if name in added:
+                    a = added[name]
+                    extra = (f" | {a['p50_added_ms']:>+8.2f} {a['p99_added_ms']:>+8.2f} "
+                             f"{a['p50_ratio']:>6.2f} {a['p99_ratio']:>6.2f}")
+                print(f"{name:<30} {r['calls']:>6} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} {r['mean_ms']:>8.2f}{extra}")
+                if r["errors"]:
+                    print(f"    {r['errors']} errors; first: {r['first_errors'][:1]}")
+            print("+p50/+p99: added over (c), the same gateway path without the fence; x: ratio to (c).")
+        return 0 if all(r["errors"] == 0 for r in rows.values()) else 1
+    finally:
+        for p in reversed(procs):
+            p.stop()
+        if not pg_problem:
+            pg_schema_action(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
