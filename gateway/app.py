@@ -85,6 +85,7 @@ def create_app(config: GatewayConfig) -> Starlette:
             try:
                 async with runtime.extra["manager"].run():
                     tg.start_soon(runtime.fences.run_sweeper, timedelta(hours=config.fences.retention_hours))
+                    tg.start_soon(runtime.fences.run_renewer)
                     tg.start_soon(_warm_up, runtime)
                     yield
             finally:

@@ -72,6 +72,8 @@ class Fences:
         # Renewing three times per lease survives two missed renewals before expiry.
         self.renew_interval = lease_seconds / 3
         self._clock = clock
+        self._held: dict[str, Ticket] = {}
+        self._renewer_running = False
 
     # -- claiming ----------------------------------------------------------------------
 
@@ -190,6 +192,14 @@ class Fences:
     @asynccontextmanager
     async def holding(self, ticket: Ticket) -> AsyncIterator[Ticket]:
         """Keep the lease of `ticket` alive while the body (the upstream call) runs."""
+        if self._renewer_running:
+            # One shared renewer (run_renewer) renews every held ticket: no task per call.
+            self._held[ticket.fence_id] = ticket
+            try:
+                yield ticket
+            finally:
+                self._held.pop(ticket.fence_id, None)
+            return
         # The body's exception is carried out of the task group by hand so callers see it
         # as raised, not wrapped in an ExceptionGroup (the renewer never raises).
         body_error: BaseException | None = None
@@ -204,27 +214,44 @@ class Fences:
         if body_error is not None:
             raise body_error
 
+    async def run_renewer(self) -> None:
+        """Renew the leases of every held ticket every `renew_interval`, until cancelled."""
+        self._renewer_running = True
+        try:
+            while True:
+                await anyio.sleep(self.renew_interval)
+                for ticket in list(self._held.values()):
+                    if not await self._renew(ticket):
+                        self._held.pop(ticket.fence_id, None)
+        finally:
+            self._renewer_running = False
+
     async def _renew_until_cancelled(self, ticket: Ticket) -> None:
         while True:
             await anyio.sleep(self.renew_interval)
-            now = self._clock()
-            try:
-                held = await self.store.renew(
-                    ticket.fence_id,
-                    owner=ticket.owner,
-                    attempts=ticket.attempts,
-                    lease_until=now + self.lease_seconds,
-                    now=now,
-                )
-            except Exception:
-                # Keep trying: the lease has two more renewals of slack before it expires.
-                log.warning("fence %s: lease renewal failed", ticket.fence_id, exc_info=True)
-                continue
-            if not held:
-                # Our lease ran out and someone took the fence over or made it unknown;
-                # our final write will be refused by the compare-and-set.
-                log.error("fence %s: lost the fence while the call was running", ticket.fence_id)
+            if not await self._renew(ticket):
                 return
+
+    async def _renew(self, ticket: Ticket) -> bool:
+        """Extend the lease; False once the fence is no longer ours (stop renewing it)."""
+        now = self._clock()
+        try:
+            held = await self.store.renew(
+                ticket.fence_id,
+                owner=ticket.owner,
+                attempts=ticket.attempts,
+                lease_until=now + self.lease_seconds,
+                now=now,
+            )
+        except Exception:
+            # Keep trying: the lease has two more renewals of slack before it expires.
+            log.warning("fence %s: lease renewal failed", ticket.fence_id, exc_info=True)
+            return True
+        if not held:
+            # Our lease ran out and someone took the fence over or made it unknown;
+            # our final write will be refused by the compare-and-set.
+            log.error("fence %s: lost the fence while the call was running", ticket.fence_id)
+        return held
 
     # -- ending ------------------------------------------------------------------------
 

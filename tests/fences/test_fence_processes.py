@@ -91,8 +91,10 @@ async def test_sigkill_pending_dead_at_once_and_done_kept(durable_url: str) -> N
 
 
 async def _check_after_kill(url: str, lines: list[str]) -> int:
-    sent = {line.split()[1] for line in lines if line.startswith("sending ")}
-    done = {line.split()[1] for line in lines if line.startswith("done ")}
+    # The last line may be cut short by the kill: only whole "<verb> <key>" lines count.
+    words = [line.split() for line in lines]
+    sent = {w[1] for w in words if len(w) >= 2 and w[0] == "sending"}
+    done = {w[1] for w in words if len(w) >= 2 and w[0] == "done"}
     async with open_fence_store(url) as store:
         f = Fences(store, Owner.fresh("r1"), wait_seconds=0.0)
         for i in range(len(sent) + 2):

@@ -16,6 +16,7 @@ stale read (no SQLITE_BUSY_SNAPSHOT upgrades), and `busy_timeout` makes them que
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
@@ -72,6 +73,12 @@ class SqliteFenceStore:
         self.busy_timeout_ms = busy_timeout_ms
         self._conn: sqlite3.Connection | None = None
         self._limiter = anyio.CapacityLimiter(1)
+        # With synchronous=NORMAL a WAL commit writes without fsync: a statement takes tens of
+        # microseconds, less than a hop to a worker thread, so it runs on the event loop. Lock
+        # waits (another process writing) are then ours to do asynchronously: SQLite's own
+        # busy_timeout would sleep inside the call and stall the loop. FULL (fsync per commit)
+        # keeps the worker thread.
+        self._on_loop = synchronous.upper() != "FULL"
 
     @classmethod
     def from_url(cls, url: str) -> "SqliteFenceStore":
@@ -99,9 +106,10 @@ class SqliteFenceStore:
     def _open_sync(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # isolation_level=None: no implicit transactions; we issue BEGIN IMMEDIATE ourselves.
-        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=self.busy_timeout_ms / 1000)
+        sqlite_wait_ms = 0 if self._on_loop else int(self.busy_timeout_ms)
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=sqlite_wait_ms / 1000)
         try:
-            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+            conn.execute(f"PRAGMA busy_timeout = {sqlite_wait_ms}")
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise RuntimeError(f"could not put {self.path} in WAL mode (got {mode!r})")
@@ -150,9 +158,26 @@ class SqliteFenceStore:
     async def _run(self, fn: Callable[[], T], *, need_conn: bool = True) -> T:
         if need_conn and self._conn is None:
             raise RuntimeError("fence store is not open")
+        if self._on_loop:
+            return await self._run_on_loop(fn)
         # Not abandoned on cancel: a transaction always finishes (commit or rollback)
         # before the connection is used again.
         return await anyio.to_thread.run_sync(fn, limiter=self._limiter)
+
+    async def _run_on_loop(self, fn: Callable[[], T]) -> T:
+        # `fn` runs to its end without awaiting, so no other task can use the connection
+        # meanwhile; a busy database (another process holds the write lock) fails it at once,
+        # before anything changed (its transaction is rolled back), and it is tried again.
+        deadline = time.monotonic() + self.busy_timeout_ms / 1000
+        delay = 0.001
+        while True:
+            try:
+                return fn()
+            except sqlite3.OperationalError as exc:
+                if not _is_busy(exc) or time.monotonic() > deadline:
+                    raise
+            await anyio.sleep(delay)
+            delay = min(delay * 2, 0.05)
 
     def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         conn = self._conn
@@ -160,10 +185,12 @@ class SqliteFenceStore:
         conn.execute("BEGIN IMMEDIATE")
         try:
             result = fn(conn)
+            conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            # Also when COMMIT itself failed: never leave the transaction open for the next call.
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
             raise
-        conn.execute("COMMIT")
         return result
 
     def _update(self, sql: str, params: tuple[Any, ...]) -> bool:
@@ -269,3 +296,10 @@ class SqliteFenceStore:
             return [record_from_row(r) for r in self._conn.execute(sql, params).fetchall()]
 
         return await self._run(op)
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    return "locked" in str(exc) or "busy" in str(exc)
