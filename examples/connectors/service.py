@@ -261,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         # Bind first so the printed port is the real one (also for --port 0).
         sockets = [config.bind_socket()]
         port = sockets[0].getsockname()[1]
-        print(f"listening on http://{args.host}:{port}", flush=True)
+        print(f"listening on http://{args.host}:{port}", file=sys.stderr, flush=True)
         await server.serve(sockets=sockets)
 
     anyio.run(serve)

@@ -14,23 +14,23 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import sqlite3
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import anyio
 from pydantic import BaseModel, ConfigDict
+
+from ..storage_urls import check_schema_name, parse_postgres_url, parse_sqlite_url
 
 if TYPE_CHECKING:
     import asyncpg
 
 REGISTRATIONS_TABLE = "dex_connector_registrations"
 VERSION_TABLE = "dex_connector_registry_version"
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
 
 class StoredRegistration(BaseModel):
@@ -116,12 +116,8 @@ class SqliteRegistrationStore:
 
     @classmethod
     def from_url(cls, url: str) -> "SqliteRegistrationStore":
-        rest = url.split("://", 1)[1]
-        rest, _, query = rest.partition("?")
-        if not rest.startswith("/") or len(rest) < 2:
-            raise ValueError(f"sqlite URL needs a path: sqlite:///relative.db or sqlite:////abs.db, got {url!r}")
-        options = dict(parse_qsl(query))
-        return cls(rest[1:], busy_timeout_ms=int(options.get("busy_timeout_ms", 10_000)))
+        parsed = parse_sqlite_url(url)
+        return cls(parsed.path, busy_timeout_ms=int(parsed.options.get("busy_timeout_ms", 10_000)))
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, timeout=self.busy_timeout_ms / 1000, isolation_level=None)
@@ -206,8 +202,7 @@ class SqliteRegistrationStore:
 
 class PostgresRegistrationStore:
     def __init__(self, dsn: str, *, schema: str = "public", pool_min: int = 1, pool_max: int = 4) -> None:
-        if not _IDENT.match(schema):
-            raise ValueError(f"invalid PostgreSQL schema name {schema!r}")
+        check_schema_name(schema)
         self.dsn = dsn
         self.schema = schema
         self.pool_min = pool_min
@@ -218,13 +213,9 @@ class PostgresRegistrationStore:
 
     @classmethod
     def from_url(cls, url: str) -> "PostgresRegistrationStore":
-        parts = urlsplit(url)
-        query = dict(parse_qsl(parts.query))
-        schema = query.pop("schema", "public")
-        pool_min = int(query.pop("pool_min", 1))
-        pool_max = min(int(query.pop("pool_max", 4)), 4)  # a poll and an admin call at a time
-        dsn = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(query), parts.fragment))
-        return cls(dsn, schema=schema, pool_min=min(pool_min, pool_max), pool_max=pool_max)
+        parsed = parse_postgres_url(url)
+        pool_max = min(parsed.pool_max or 4, 4)  # a poll and an admin call at a time
+        return cls(parsed.dsn, schema=parsed.schema, pool_min=min(parsed.pool_min or 1, pool_max), pool_max=pool_max)
 
     def _pool_or_fail(self) -> "asyncpg.Pool":
         if self._pool is None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import sys
 import threading
@@ -16,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.processes import LISTENING, sigkill, terminate
 from tests.support.servers import RunningServer, start_http_server
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-_LISTENING = re.compile(r"listening on (http://\S+/mcp)")
 
 
 @dataclass
@@ -60,17 +59,10 @@ class Proc:
         return self.process.returncode
 
     def sigkill(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
-        self.process.wait(timeout=10)
+        sigkill(self.process)
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.sigkill()
+        terminate(self.process)
 
 
 def spawn(argv: list[str], env: dict[str, str] | None = None, stdin_text: str | None = None) -> Proc:
@@ -114,7 +106,7 @@ def start_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         )
         gateway = spawn([sys.executable, "-m", "gateway.cli", "serve", "--config", str(config), "--port", "0"])
         try:
-            url = gateway.wait_for(_LISTENING.pattern).group(1)
+            url = gateway.wait_for(LISTENING.pattern).group(1)
             gateway.wait_for(r"catalog ready|listening on")
             yield Stack(payments=payments, gateway_url=url, state_dir=state)
         finally:

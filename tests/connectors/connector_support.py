@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -22,12 +19,12 @@ import yaml
 from gateway.connectors.bindings import PythonBinding, PythonBindingConfig
 from gateway.connectors.manifest import Manifest, parse_manifest
 from gateway.connectors.tool import ConnectorTool
+from tests.support.processes import spawn_listening, terminate
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SERVICE = REPO_ROOT / "examples" / "connectors" / "service.py"
 EXECUTIONS_FILE = "connector-executions.jsonl"
 PUBLISHED = REPO_ROOT.parent / "shared" / "data" / "dex-connectors"
-_LISTENING = re.compile(r"listening on (http://\S+)")
 
 
 def manifest_doc(*operations: dict[str, Any], name: str = "billing") -> dict[str, Any]:
@@ -79,35 +76,17 @@ def start_service(state_dir: Path, *, token: str | None = None) -> Iterator[Exam
     env.pop("DEX_EXAMPLE_CONNECTOR_TOKEN", None)
     if token is not None:
         env["DEX_EXAMPLE_CONNECTOR_TOKEN"] = token
-    proc = subprocess.Popen(
-        [sys.executable, str(SERVICE), "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True, env=env, cwd=REPO_ROOT,
-    )
     output: list[str] = []
-    found: list[str] = []
-    ready = threading.Event()
-
-    def pump() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            output.append(line)
-            if not found and (m := _LISTENING.search(line)):
-                found.append(m.group(1))
-                ready.set()
-        ready.set()
-
-    threading.Thread(target=pump, daemon=True).start()
+    proc, url = spawn_listening(
+        [sys.executable, str(SERVICE), "--port", "0"], cwd=REPO_ROOT, env=env, name="connector-service",
+        lines=output, ready_timeout=15,
+    )
     try:
-        if not ready.wait(15) or not found:
-            raise RuntimeError("example connector service did not start:\n" + "".join(output))
-        yield ExampleService(found[0], state_dir, proc, output)
+        if url is None:
+            raise RuntimeError("example connector service did not start:\n" + "\n".join(output))
+        yield ExampleService(url, state_dir, proc, output)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        terminate(proc)
 
 
 def wait_until(probe: Callable[[], bool], timeout: float = 5.0) -> bool:

@@ -11,12 +11,9 @@
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -25,10 +22,10 @@ from typing import Any
 
 import yaml
 
+from tests.support.processes import spawn_listening
 from tests.support.servers import REPO_ROOT, STATE_DIR_ENV, example_script
 
 GATEWAY_BIN = Path(sys.executable).parent / "dex-gateway"
-_LISTENING = re.compile(r"listening on (http://\S+)")
 
 
 def gateway_argv(*args: str) -> list[str]:
@@ -85,34 +82,15 @@ class RunningGateway:
 
     def start(self, ready_timeout: float = 30.0) -> None:
         argv = gateway_argv("serve", "--config", str(self.config_path), "--port", str(self.port))
-        process = subprocess.Popen(
-            argv, cwd=REPO_ROOT, env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE, text=True, start_new_session=True,
+        process, url = spawn_listening(
+            argv, cwd=REPO_ROOT, env=self.env, name="gateway", lines=self.stderr_lines,
+            ready_timeout=ready_timeout, new_session=True,
         )
         self.process = process
-        lines = self.stderr_lines
-        found = threading.Event()
-        url_box: list[str] = []
-
-        def drain() -> None:
-            assert process.stderr is not None
-            for line in process.stderr:
-                lines.append(line.rstrip("\n"))
-                match = _LISTENING.search(line)
-                if match and not found.is_set():
-                    url_box.append(match.group(1))
-                    found.set()
-            found.set()
-
-        threading.Thread(target=drain, name="gateway-stderr", daemon=True).start()
-        deadline = time.monotonic() + ready_timeout
-        while not found.wait(0.05):
-            if time.monotonic() > deadline:
-                break
-        if not url_box:
+        if url is None:
             self.kill()
             raise RuntimeError(f"dex-gateway did not start (exit {process.returncode}):\n" + self.log)
-        self.url = url_box[0]
+        self.url = url
         # Keep the same port across restarts (same replica id, clients keep their URL).
         self.port = int(self.url.rsplit(":", 1)[1].split("/", 1)[0])
 

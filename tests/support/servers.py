@@ -13,11 +13,9 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -27,11 +25,12 @@ from typing import Any
 
 from mcp import StdioServerParameters
 
+from tests.support.processes import sigkill, spawn_listening, terminate
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES_DIR = REPO_ROOT / "examples" / "servers"
 STATE_DIR_ENV = "DEX_EXAMPLE_STATE_DIR"
 EXECUTIONS_FILE = "executions.jsonl"
-_LISTENING = re.compile(r"listening on (http://\S+/mcp)")
 
 
 def example_script(name: str) -> Path:
@@ -84,18 +83,11 @@ class RunningServer:
 
     def kill(self) -> None:
         """SIGKILL and reap (a crash, not a shutdown)."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
-        self.process.wait(timeout=10)
+        sigkill(self.process)
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL if it lingers."""
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        terminate(self.process)
 
 
 def spawn_http_server(name: str, *, state_dir: Path, args: Sequence[str] = (), port: int = 0,
@@ -108,35 +100,15 @@ def spawn_http_server(name: str, *, state_dir: Path, args: Sequence[str] = (), p
         argv.append("--json-response")
     if stateful:
         argv.append("--stateful")
-    process = subprocess.Popen(
-        argv, cwd=REPO_ROOT, env={**os.environ, **server_env(state_dir, env)},
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )
     lines: list[str] = []
-    found = threading.Event()
-    url_box: list[str] = []
-
-    def drain() -> None:
-        # Keep reading after the ready line so a chatty server never blocks on a full pipe.
-        assert process.stderr is not None
-        for line in process.stderr:
-            lines.append(line.rstrip("\n"))
-            match = _LISTENING.search(line)
-            if match and not found.is_set():
-                url_box.append(match.group(1))
-                found.set()
-        found.set()
-
-    threading.Thread(target=drain, name=f"{name}-stderr", daemon=True).start()
-    deadline = time.monotonic() + ready_timeout
-    while not found.wait(0.05):
-        if time.monotonic() > deadline:
-            break
-    if not url_box:
-        process.kill()
-        process.wait(timeout=10)
+    process, url = spawn_listening(
+        argv, cwd=REPO_ROOT, env={**os.environ, **server_env(state_dir, env)}, name=name, lines=lines,
+        ready_timeout=ready_timeout,
+    )
+    if url is None:
+        sigkill(process)
         raise RuntimeError(f"{name} did not start listening (exit {process.returncode}):\n" + "\n".join(lines))
-    return RunningServer(process=process, url=url_box[0], state_dir=state_dir, stderr_lines=lines)
+    return RunningServer(process=process, url=url, state_dir=state_dir, stderr_lines=lines)
 
 
 @contextmanager

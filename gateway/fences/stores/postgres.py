@@ -15,14 +15,13 @@ import hashlib
 import re
 from types import TracebackType
 from typing import Any, Self
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from ...storage_urls import check_schema_name, parse_postgres_url
 
 import asyncpg
 
 from ..records import COLUMNS, FenceRecord, FenceState, FenceStats, Owner, dump_answer, record_from_row, record_to_row
 
 SCHEMA_VERSION = 1
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _COLS = ", ".join(COLUMNS)
 
 
@@ -33,8 +32,7 @@ def _lock_key(schema: str) -> int:
 
 class PostgresFenceStore:
     def __init__(self, dsn: str, *, schema: str = "public", pool_min: int = 1, pool_max: int = 10) -> None:
-        if not _IDENT.match(schema):
-            raise ValueError(f"invalid PostgreSQL schema name {schema!r}")
+        check_schema_name(schema)
         self.dsn = dsn
         self.schema = schema
         self.pool_min = pool_min
@@ -45,13 +43,8 @@ class PostgresFenceStore:
 
     @classmethod
     def from_url(cls, url: str) -> "PostgresFenceStore":
-        parts = urlsplit(url)
-        query = dict(parse_qsl(parts.query))
-        schema = query.pop("schema", "public")
-        pool_min = int(query.pop("pool_min", 1))
-        pool_max = int(query.pop("pool_max", 10))
-        dsn = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(query), parts.fragment))
-        return cls(dsn, schema=schema, pool_min=pool_min, pool_max=pool_max)
+        parsed = parse_postgres_url(url)
+        return cls(parsed.dsn, schema=parsed.schema, pool_min=parsed.pool_min or 1, pool_max=parsed.pool_max or 10)
 
     def _cas(self, first: int) -> str:
         return self._held.format(first, first + 1, first + 2, first + 3)

@@ -21,11 +21,11 @@ from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TypeVar
-from urllib.parse import parse_qsl
 
 import anyio
 import anyio.to_thread
 
+from ...storage_urls import parse_sqlite_url
 from ..records import (
     COLUMNS,
     FenceRecord,
@@ -82,17 +82,13 @@ class SqliteFenceStore:
 
     @classmethod
     def from_url(cls, url: str) -> "SqliteFenceStore":
-        rest = url.split("://", 1)[1]
-        rest, _, query = rest.partition("?")
-        # sqlite:///rel.db → "/rel.db" → "rel.db"; sqlite:////abs.db → "//abs.db" → "/abs.db"
-        if not rest.startswith("/") or len(rest) < 2:
-            raise ValueError(f"sqlite fence store URL needs a path: sqlite:///relative.db or sqlite:////abs.db, got {url!r}")
-        options = dict(parse_qsl(query))
+        parsed = parse_sqlite_url(url)
+        options = parsed.options
         unknown = set(options) - {"synchronous", "busy_timeout_ms"}
         if unknown:
             raise ValueError(f"unknown sqlite fence store options: {', '.join(sorted(unknown))}")
         return cls(
-            rest[1:],
+            parsed.path,
             synchronous=options.get("synchronous", "NORMAL"),
             busy_timeout_ms=int(options.get("busy_timeout_ms", 10_000)),
         )
