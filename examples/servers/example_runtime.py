@@ -86,7 +86,9 @@ async def _serve_http(server: Server[Any], host: str, port: int, json_response: 
     )
     # Bind the socket ourselves so port 0 yields a known port before uvicorn starts.
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY on accepted connections only then
+    # (otherwise every keep-alive request stalls ~40 ms on Nagle + delayed ACK).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     bound_port = sock.getsockname()[1]
