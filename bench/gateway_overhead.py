@@ -125,12 +125,13 @@ def wait_for_tools(url: str, names: set[str], timeout: float = 30.0) -> None:
     raise SystemExit(f"tools {sorted(names)} never appeared at {url}: {last[:500]}")
 
 
-def gateway_config(upstream_url: str, db: Path, json_response: bool) -> str:
+def gateway_config(upstream_url: str, db: Path, json_response: bool, upstream_protocol: str) -> str:
     server = f"server: {{host: 127.0.0.1, port: 0, json_response: {'true' if json_response else 'false'}}}\n"
     return (
         server
         + "upstreams:\n"
-        + f"  - {{name: bench, transport: streamable_http, url: \"{upstream_url}\", prefix: \"\"}}\n"
+        + f"  - {{name: bench, transport: streamable_http, url: \"{upstream_url}\", prefix: \"\", "
+        + f"protocol: \"{upstream_protocol}\"}}\n"
         + f"fences: {{store: \"sqlite:///{db}\"}}\n"
     )
 
@@ -221,6 +222,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--upstream-json", action="store_true", help="upstream answers application/json instead of SSE")
     parser.add_argument("--gateway-json", action="store_true", help="gateway config server.json_response: true")
+    parser.add_argument("--upstream-protocol", default="handshake", choices=["handshake", "auto", "2026-07-28"],
+                        help="the gateway's era towards the upstream; 'handshake' (default) matches the load "
+                             "generator's direct requests, so both sides of a ratio speak the same era")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16])
     parser.add_argument("--calls-c1", type=int, default=2000, help="measured calls per case at c=1")
     parser.add_argument("--calls", type=int, default=5000, help="measured calls per case at c>1")
@@ -244,7 +248,7 @@ def main() -> int:
         upstream = start("upstream", up_cmd, workdir)
         procs.append(upstream)
         config = workdir / "gateway.yaml"
-        config.write_text(gateway_config(upstream.url, workdir / "fences.db", args.gateway_json))
+        config.write_text(gateway_config(upstream.url, workdir / "fences.db", args.gateway_json, args.upstream_protocol))
         env = dict(os.environ)
         if args.gateway_pythonpath:
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [args.gateway_pythonpath, env.get("PYTHONPATH")]))

@@ -8,7 +8,7 @@ import logging
 import socket
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -27,6 +27,7 @@ from .catalog import Catalog
 from .config import GatewayConfig
 from .connectors import ConnectorRegistry
 from .connectors.admin_api import admin_routes
+from .fastpath import ToolCallFastPath
 from .fences import Fences, FenceStore, Owner, open_fence_store
 from .server import Front
 from .upstreams.listing import ListingCache, ListKind
@@ -49,8 +50,10 @@ class Runtime:
     front: Front
     mcp_app: ASGIApp
     connectors: ConnectorRegistry
-    ready: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
+    manager: StreamableHTTPSessionManager
+    # Every upstream has been asked for its tools once (reported by /readyz, not gated on:
+    # one hung upstream must not take a replica out of rotation).
+    catalog_listed: bool = False
 
 
 class _RuntimeHolder:
@@ -83,7 +86,7 @@ def create_app(config: GatewayConfig) -> Starlette:
             holder.runtime = runtime
             app.state.runtime = runtime
             try:
-                async with runtime.extra["manager"].run():
+                async with runtime.manager.run():
                     tg.start_soon(runtime.fences.run_sweeper, timedelta(hours=config.fences.retention_hours))
                     tg.start_soon(runtime.fences.run_renewer)
                     tg.start_soon(_warm_up, runtime)
@@ -115,7 +118,9 @@ def create_app(config: GatewayConfig) -> Starlette:
                 await runtime.store.stats()
         except Exception as exc:  # noqa: BLE001 - readiness reports, never raises
             return JSONResponse({"status": "store unavailable", "error": type(exc).__name__}, status_code=503)
-        return JSONResponse({"status": "ready", "upstreams": list(runtime.upstreams)})
+        return JSONResponse(
+            {"status": "ready", "upstreams": list(runtime.upstreams), "catalog_listed": runtime.catalog_listed}
+        )
 
     routes: list[BaseRoute] = [
         Route(config.server.path, endpoint=_AsgiEndpoint(mcp_endpoint), methods=["GET", "POST", "DELETE"]),
@@ -178,8 +183,11 @@ async def _build_runtime(
         catalog.refresh_routes()
 
     tg.start_soon(connectors.watch, connectors_changed)
+    endpoint: ASGIApp = StreamableHTTPASGIApp(manager)
+    if config.server.fast_tool_calls and not config.server.stateful and not config.server.json_response:
+        endpoint = ToolCallFastPath(endpoint, front, config.server.max_request_bytes)
     mcp_app = McpGuard(
-        StreamableHTTPASGIApp(manager),
+        endpoint,
         authenticator,
         HostOriginPolicy(config.server),
         config.server.max_request_bytes,
@@ -195,14 +203,14 @@ async def _build_runtime(
         front=front,
         mcp_app=mcp_app,
         connectors=connectors,
-        extra={"manager": manager},
+        manager=manager,
     )
 
 
 async def _warm_up(runtime: Runtime) -> None:
     """List every upstream once at start so the first client does not wait for it."""
     await runtime.catalog.tools()
-    runtime.ready = True
+    runtime.catalog_listed = True
     logger.info("catalog ready: %d tools from %d upstreams", len(await runtime.catalog.tools()), len(runtime.upstreams))
 
 

@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .asgi import read_body, replay_body
 from .config import AuthConfig, ServerConfig, TokenConfig, is_loopback_host
 from .principals import ANONYMOUS, PRINCIPAL_SCOPE_KEY
 
@@ -147,41 +148,12 @@ class McpGuard:
         scope[PRINCIPAL_SCOPE_KEY] = principal
         if length is None and scope.get("method") == "POST":
             # A chunked body has no declared size: read it (up to the limit) before the SDK does.
-            body = await _read_body(receive, self._max_body)
+            body = await read_body(receive, self._max_body)
             if body is None:
                 await _reject(send, 413, -32600, f"Request body too large: the limit is {self._max_body} bytes")
                 return
-            receive = _replay(body, receive)
+            receive = replay_body(body, receive)
         await self._app(scope, receive, send)
-
-
-async def _read_body(receive: Receive, limit: int) -> bytes | None:
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            return b"".join(chunks)
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    sent = False
-
-    async def replayed() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replayed
 
 
 async def _reject(

@@ -33,6 +33,9 @@ class ServerConfig(_Strict):
     stateful: bool = False
     # SSE keeps progress notifications flowing; JSON mode drops them (SDK behaviour).
     json_response: bool = False
+    # Stateless handshake-era tools/call requests are answered without the SDK server's
+    # per-request machinery (gateway/fastpath.py); everything else goes through the SDK.
+    fast_tool_calls: bool = True
     # Host/Origin values accepted besides loopback (DNS-rebinding protection).
     allowed_hosts: list[str] = Field(default_factory=list)
     allowed_origins: list[str] = Field(default_factory=list)

@@ -19,7 +19,8 @@ from .calls import CallPipeline, ToolCall, forwardable_meta
 from .catalog import Catalog
 from .errors import UnknownToolError, UpstreamError, UpstreamRpcError
 from .principals import ANONYMOUS, PRINCIPAL_SCOPE_KEY
-from .upstreams.rpc import METHOD_NOT_FOUND, RelayRefused
+from .conventions.answers import Answer
+from .upstreams.rpc import METHOD_NOT_FOUND, CallRelay, RelayRefused
 from .upstreams.upstream import Upstream
 
 logger = logging.getLogger(__name__)
@@ -85,27 +86,27 @@ class Front:
 
     async def _call_tool(self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> types.CallToolResult:
         self._remember(ctx)
-        principal = _principal(ctx)
-        if not self._may_use(principal, params.name):
-            raise MCPError(types.INVALID_PARAMS, f"unknown tool {params.name!r}")
-        raw_meta = _raw_meta(ctx)
-        call = ToolCall(
-            principal=principal,
-            name=params.name,
-            arguments=dict(params.arguments or {}),
-            meta=raw_meta,
-            relay=ContextRelay(ctx),
+        answer = await self.answer_tool_call(
+            _principal(ctx), params.name, dict(params.arguments or {}), _raw_meta(ctx), ContextRelay(ctx)
         )
+        return types.CallToolResult.model_validate(answer.to_wire())
+
+    async def answer_tool_call(
+        self, principal: str, name: str, arguments: dict[str, Any], meta: dict[str, Any], relay: CallRelay
+    ) -> Answer:
+        """One tools/call, whichever entry it came through; errors are MCPError (JSON-RPC errors)."""
+        if not self._may_use(principal, name):
+            raise MCPError(types.INVALID_PARAMS, f"unknown tool {name!r}")
+        call = ToolCall(principal=principal, name=name, arguments=arguments, meta=meta, relay=relay)
         try:
-            answer = await self._pipeline.call(call)
+            return await self._pipeline.call(call)
         except UnknownToolError as exc:
             raise MCPError(types.INVALID_PARAMS, str(exc)) from None
         except MCPError:
             raise
         except Exception:
-            logger.exception("tools/call %s failed inside the gateway", params.name)
+            logger.exception("tools/call %s failed inside the gateway", name)
             raise MCPError(types.INTERNAL_ERROR, "internal gateway error; see the gateway log") from None
-        return types.CallToolResult.model_validate(answer.to_wire())
 
     def _may_use(self, principal: str, tool: str) -> bool:
         globs = self._tool_globs(principal)

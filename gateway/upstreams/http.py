@@ -42,6 +42,8 @@ class Response(Protocol):
 
     def aiter_lines(self) -> AsyncIterator[str]: ...
 
+    async def drain(self, timeout: float) -> None: ...
+
     async def aclose(self) -> None: ...
 
 
@@ -280,6 +282,9 @@ class HttpConnection:
             for resumption in range(_MAX_RESUMPTIONS + 1):
                 answer = await self._read_events(current, request_id, relay, cursor)
                 if answer is not None:
+                    # The server ends the stream after the answer: read to the end so the
+                    # keep-alive connection is reused instead of reopened for every call.
+                    await current.drain(_DRAIN_SECONDS)
                     return answer
                 if cursor.last_event_id is None or resumption == _MAX_RESUMPTIONS:
                     break
@@ -363,6 +368,7 @@ class _StreamCursor:
 
 
 _MAX_RESUMPTIONS = 5
+_DRAIN_SECONDS = 0.25
 _MAX_RETRY_SECONDS = 10.0
 
 

@@ -36,6 +36,10 @@ class HttpxResponse:
         except httpx.HTTPError as exc:
             raise ConnectionBroke(f"connection broke while reading: {exc}") from exc
 
+    async def drain(self, timeout: float) -> None:
+        # httpx cannot resume a stream it started iterating; the connection is simply closed.
+        return None
+
     async def aclose(self) -> None:
         await self._response.aclose()
 

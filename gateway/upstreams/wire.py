@@ -382,6 +382,13 @@ class Response:
         if pending:
             yield pending.decode("utf-8", "replace")
 
+    async def drain(self, timeout: float) -> None:
+        """Read what is left of the body (at most `timeout` seconds) so that the connection can
+        go back to the pool: an SSE stream usually ends right after the event a caller needed."""
+        with anyio.move_on_after(timeout):
+            while await self._next_chunk() is not None:
+                pass
+
     async def aclose(self) -> None:
         """A fully read response returns its connection to the pool; otherwise it is closed."""
         conn, self._conn = self._conn, None
