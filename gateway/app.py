@@ -10,7 +10,6 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
@@ -134,7 +133,7 @@ def create_app(config: GatewayConfig) -> Starlette:
 class _AsgiEndpoint:
     """Wraps a plain ASGI function so Starlette's Route treats it as an app, not a handler."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: ASGIApp) -> None:
         self._app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
