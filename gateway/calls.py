@@ -145,17 +145,22 @@ async def _attempt(upstream: Upstream, params: dict[str, Any], relay: CallRelay 
 
 def answer_from_result(result: Mapping[str, Any]) -> Answer:
     """An upstream tools/call result as an Answer, minus keys that belong to the upstream hop."""
-    meta = result.get("_meta")
-    if isinstance(meta, dict):
-        meta = {k: v for k, v in meta.items() if not k.startswith(MCP_RESERVED_PREFIX)} or None
+    meta = without_hop_keys(result.get("_meta"))
     content = result.get("content")
     structured = result.get("structuredContent")
     return Answer(
         content=[b for b in content if isinstance(b, dict)] if isinstance(content, list) else [],
         structured_content=structured if isinstance(structured, dict) else None,
         is_error=result.get("isError") is True,
-        meta=meta if isinstance(meta, dict) else None,
+        meta=meta,
     )
+
+
+def without_hop_keys(meta: Any) -> dict[str, Any] | None:
+    """An upstream answer's _meta minus the reserved keys of the upstream hop (serverInfo...)."""
+    if not isinstance(meta, dict):
+        return None
+    return {k: v for k, v in meta.items() if not k.startswith(MCP_RESERVED_PREFIX)} or None
 
 
 def forwardable_meta(meta: Mapping[str, Any]) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .asgi import read_body, replay_body
 from .principals import ANONYMOUS, PRINCIPAL_SCOPE_KEY
 from .server import Front
-from .upstreams.rpc import METHOD_NOT_FOUND, RelayRefused
+from .upstreams.rpc import RelayRefused
 
 logger = logging.getLogger(__name__)
 
@@ -179,10 +179,7 @@ class _StreamRelay:
         await self._responder.event({"jsonrpc": "2.0", "method": "notifications/message", "params": params})
 
     async def request(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
-        raise RelayRefused(
-            METHOD_NOT_FOUND,
-            f"{method} needs a live session with the client; the gateway serves this client statelessly",
-        )
+        raise RelayRefused.no_session(method)
 
 
 def _dump(message: dict[str, Any]) -> bytes:

@@ -15,7 +15,7 @@ from mcp.shared.exceptions import MCPError, NoBackChannelError
 from mcp.shared.message import ServerMessageMetadata
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from .calls import CallPipeline, ToolCall, forwardable_meta
+from .calls import CallPipeline, ToolCall, forwardable_meta, without_hop_keys
 from .catalog import Catalog
 from .errors import UnknownToolError, UpstreamError, UpstreamRpcError
 from .principals import ANONYMOUS, PRINCIPAL_SCOPE_KEY
@@ -159,9 +159,8 @@ class Front:
             raise MCPError(exc.code, exc.rpc_message, exc.data) from None
         except UpstreamError as exc:
             raise MCPError(types.INTERNAL_ERROR, f"{method} failed: {exc}") from None
-        meta_out = result.get("_meta")
-        if isinstance(meta_out, dict):
-            result["_meta"] = {k: v for k, v in meta_out.items() if not k.startswith("io.modelcontextprotocol/")}
+        if "_meta" in result:
+            result["_meta"] = without_hop_keys(result["_meta"]) or {}
         return result
 
     async def _subscribe(self, ctx: ServerRequestContext[Any], params: types.SubscribeRequestParams) -> types.EmptyResult:
@@ -283,10 +282,7 @@ class ContextRelay:
                 request, _AnyResult, metadata=ServerMessageMetadata(related_request_id=self._ctx.request_id)
             )
         except NoBackChannelError:
-            raise RelayRefused(
-                METHOD_NOT_FOUND,
-                f"{method} needs a live session with the client; the gateway serves this client statelessly",
-            ) from None
+            raise RelayRefused.no_session(method) from None
         except MCPError as exc:
             raise RelayRefused(exc.error.code, exc.error.message) from None
         return result.model_dump(by_alias=True, mode="json", exclude_none=True)

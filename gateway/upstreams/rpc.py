@@ -31,6 +31,14 @@ class RelayRefused(Exception):
         self.code = code
         self.message = message
 
+    @classmethod
+    def no_session(cls, method: str) -> "RelayRefused":
+        """A client served statelessly has no channel for requests from the server."""
+        return cls(
+            METHOD_NOT_FOUND,
+            f"{method} needs a live session with the client; the gateway serves this client statelessly",
+        )
+
 
 class CallRelay(Protocol):
     """Where messages an upstream sends *during* one request go: back to the calling client."""
