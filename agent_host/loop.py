@@ -3,27 +3,43 @@
 Each step reads committed state from the store and commits its result before the next one,
 so `resume()` continues a killed host's turn at the step where it stopped: a call that may
 have been sent is sent again with the same idempotency key.
+
+Before each model call, in order: the steer messages waiting for the turn are added to it, the
+spend limits are checked (a reached one ends the turn `stopped`), and the history is compacted
+when it would exceed its share of the context window. At the end of each iteration the turn
+continuation hook may end or continue the turn. A cancel request ends the turn `cancelled` at
+once (`turn_control`).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 import anyio
-import jsonschema
 from pydantic import BaseModel, Field
 
-from gateway.conventions.keys import Effect
-
-from . import texts
-from .approvals import ApprovalCard, ApprovalGate, Decision
+from . import session_events, texts
+from .approvals import ApprovalGate
 from .builtins import DEFINITIONS as BUILTIN_DEFINITIONS
-from .builtins import Builtins
-from .gateway_tools import CallResult, GatewayTool, GatewayUnavailable
+from .builtins import WRITE_TODOS, Builtins
+from .compaction import Compactor, Request
+from .continuation import MAX_CONSECUTIVE_CONTINUATIONS, ContinuationContext, ContinuationError, ContinueTurn, Hook, decide
+from .continuation import load_hook, results_of
+from .events import LoopEvents, ToolSource
+from .gateway_tools import GatewayTool, GatewayUnavailable
+from .images import ImageLibrary, ImageReference
 from .models.base import Message, ModelClient, ModelError, ModelRequest, ModelResponse, ToolCall, ToolSpec
-from .store import ApprovalStatus, CallStatus, SessionStore, ToolCallRecord, TurnRecord, TurnStatus
+from .plan import plan_note
+from .records import CallStatus, PlanStatus, ToolCallRecord, TurnMode, TurnRecord, TurnStatus
+from .settings import SessionSettings, apply_policy
+from .spend import limit_reached
+from .store import SessionStore
+from .tool_runner import ToolRunner
+from .turn_control import POLL_SECONDS, Section, TurnControl
+from .validation import check_arguments
 
 log = logging.getLogger(__name__)
 
@@ -32,57 +48,44 @@ DEFAULT_INSTRUCTIONS = (
     "write, and never repeat a write whose outcome is unknown unless the user asks."
 )
 MODEL_ATTEMPTS = 3
+DELTA_FLUSH_SECONDS = 0.1
+DELTA_FLUSH_CHARS = 1024
+
+__all__ = ["AgentConfig", "LoopEvents", "ToolSource", "TurnLoop", "idempotency_key"]
 
 
 class AgentConfig(BaseModel):
     instructions: str = DEFAULT_INSTRUCTIONS
     max_model_calls: int = Field(default=100, ge=1)
     builtin_tools: list[str] = Field(default_factory=lambda: list(BUILTIN_DEFINITIONS))
-
-
-class ToolSource(Protocol):
-    async def list_tools(self) -> list[GatewayTool]: ...
-
-    async def call(
-        self,
-        name: str,
-        arguments: dict[str, Any],
-        key: str,
-        effect: Effect,
-        attempts_done: int = 0,
-        on_attempt: Callable[[int], None] | None = None,
-    ) -> CallResult: ...
-
-
-class LoopEvents:
-    """What the loop reports as it goes; the CLI prints it. The default does nothing."""
-
-    async def text(self, delta: str) -> None: ...
-
-    async def model_response(self, turn: TurnRecord, response: ModelResponse) -> None: ...
-
-    async def tool_started(self, record: ToolCallRecord) -> None: ...
-
-    async def tool_finished(self, record: ToolCallRecord, replayed: bool) -> None: ...
-
-    async def approval_card(self, card: ApprovalCard) -> None: ...
-
-    async def approval_decided(self, record: ToolCallRecord, decision: Decision) -> None: ...
+    # `module:function`, called at the end of each iteration (`continuation.py`).
+    continuation_hook: str | None = None
+    control_poll_seconds: float = POLL_SECONDS
 
 
 def idempotency_key(session_id: str, turn_id: str, tool_call_id: str) -> str:
     return f"{session_id}/{turn_id}/{tool_call_id}"
 
 
-def _check_arguments(schema: dict[str, Any], arguments: dict[str, Any]) -> str | None:
-    try:
-        jsonschema.validate(arguments, schema)
-    except jsonschema.ValidationError as exc:
-        return exc.message
-    except jsonschema.SchemaError:
-        # A schema we cannot read is the gateway's problem to report; let the call decide.
-        return None
-    return None
+class _Deltas:
+    """Streamed text into the session's event log, coalesced (100 ms or 1,024 characters)."""
+
+    def __init__(self, store: SessionStore, turn: TurnRecord) -> None:
+        self._store, self._turn = store, turn
+        self._buffer: list[str] = []
+        self._since = time.monotonic()
+
+    async def add(self, chunk: str) -> None:
+        self._buffer.append(chunk)
+        if time.monotonic() - self._since >= DELTA_FLUSH_SECONDS or sum(map(len, self._buffer)) >= DELTA_FLUSH_CHARS:
+            await self.flush()
+
+    async def flush(self) -> None:
+        if self._buffer:
+            text, self._buffer = "".join(self._buffer), []
+            data = session_events.delta(self._turn.id, text)
+            await self._store.append_event(self._turn.session_id, self._turn.id, session_events.DELTA, data)
+        self._since = time.monotonic()
 
 
 class TurnLoop:
@@ -95,66 +98,145 @@ class TurnLoop:
         builtins: Builtins,
         config: AgentConfig | None = None,
         events: LoopEvents | None = None,
+        models: Callable[[str], ModelClient] | None = None,
+        continuation: Hook | None = None,
+        images: ImageLibrary | None = None,
     ) -> None:
         self._store = store
         self._model = model
+        self._models = models  # resolves a session's `model` setting to a client
         self._tools = tools
-        self._approvals = approvals
-        self._builtins = builtins
         self._config = config or AgentConfig()
         self._events = events or LoopEvents()
+        self._runner = ToolRunner(store, tools, approvals, builtins, self._events)
+        self._compactor = Compactor(store, self._events)
+        hook_spec = self._config.continuation_hook
+        self._hook = continuation or (load_hook(hook_spec) if hook_spec else None)
+        # Why the last turn that failed for want of the gateway failed (None: it did not).
+        self.gateway_error: GatewayUnavailable | None = None
+        # Loads the bytes of the session's images at each model call (None: no images are shown).
+        self._images = images
 
     # Entry points -----------------------------------------------------------------------------
 
-    async def run_turn(self, session_id: str, user_text: str) -> TurnRecord:
-        unfinished = self._store.unfinished_turn(session_id)
+    async def run_turn(
+        self, session_id: str, user_text: str, mode: TurnMode = TurnMode.CHAT, images: list[ImageReference] | None = None
+    ) -> TurnRecord:
+        unfinished = await self._store.unfinished_turn(session_id)
         if unfinished is not None:
             raise RuntimeError(f"session {session_id} has an unfinished turn {unfinished.id}: resume it first")
-        turn = self._store.start_turn(session_id, user_text)
+        session = await self._store.get_session(session_id)
+        if mode is TurnMode.CHAT and session is not None and session.plan_status is PlanStatus.DRAFT:
+            mode = TurnMode.PLANNING  # a message about a draft plan is feedback: it revises the draft
+        turn = await self._store.start_turn(session_id, user_text, mode, images)
         return await self._drive(turn)
 
     async def resume(self, session_id: str) -> TurnRecord | None:
-        turn = self._store.unfinished_turn(session_id)
+        turn = await self._store.unfinished_turn(session_id)
         return None if turn is None else await self._drive(turn)
 
     # The loop ---------------------------------------------------------------------------------
 
     async def _drive(self, turn: TurnRecord) -> TurnRecord:
+        control = TurnControl(self._store, turn, self._config.control_poll_seconds)
+        await control.check()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(control.watch)
+            try:
+                turn = await self._steps(turn, control)
+            finally:
+                tg.cancel_scope.cancel()
+        await control.settle()
+        session_usage = await self._store.usage_totals(turn.session_id)
+        await self._events.turn_finished(turn, await self._store.usage_totals(turn.session_id, turn.id), session_usage)
+        return turn
+
+    async def _finish(self, turn: TurnRecord, status: TurnStatus, final_text: str | None, error: str | None) -> bool:
+        return await self._store.finish_turn(
+            turn.session_id, turn.id, status, final_text, error, unless_steered=status is TurnStatus.COMPLETED
+        )
+
+    async def _steps(self, turn: TurnRecord, control: TurnControl) -> TurnRecord:
         while True:
-            turn = self._reload(turn)
+            fresh = await self._store.get_turn(turn.session_id, turn.id)
+            assert fresh is not None
+            turn = fresh
             if turn.status is not TurnStatus.RUNNING:
                 return turn
-            last = self._store.messages(turn.session_id, turn.id)[-1]
-            if last.role == "assistant" and not last.tool_calls:
-                # Crashed between the answer's commit and the turn's: finish it now.
-                self._store.finish_turn(turn.session_id, turn.id, TurnStatus.COMPLETED, last.text, None)
+            if control.cancelled:
+                await self._cancel(turn, control)
                 continue
+            last = (await self._store.messages(turn.session_id, turn.id))[-1]
             if last.role == "assistant":
-                calls = [c for c in self._store.tool_calls(turn.session_id, turn.id) if c.model_call == turn.model_calls]
+                calls = [c for c in await self._store.tool_calls(turn.session_id, turn.id) if c.model_call == turn.model_calls]
                 if not all(c.status.final for c in calls):
-                    await self._run_calls(calls)
+                    await self._runner.run(calls, control)
                     continue
+                if not await self._store.has_pending_steer(turn.session_id, turn.id):
+                    try:
+                        if await self._end_of_iteration(turn, last, calls):
+                            continue
+                    except ContinuationError as exc:
+                        await self._finish(turn, TurnStatus.FAILED, last.text or None, str(exc))
+                        continue
                 if turn.model_calls >= self._config.max_model_calls:
                     # Only reachable when the last allowed call still asked for tools.
                     error = texts.limit_reached(self._config.max_model_calls)
-                    self._store.finish_turn(turn.session_id, turn.id, TurnStatus.FAILED, last.text or None, error)
+                    await self._finish(turn, TurnStatus.FAILED, last.text or None, error)
                     continue
-            await self._model_step(turn)
+            await self._model_step(turn, control)
 
-    def _reload(self, turn: TurnRecord) -> TurnRecord:
-        fresh = self._store.get_turn(turn.session_id, turn.id)
-        assert fresh is not None
-        return fresh
+    async def _end_of_iteration(self, turn: TurnRecord, last: Message, calls: list[ToolCallRecord]) -> bool:
+        """The continuation hook at the end of an iteration; True when it settled the step (the
+        turn ended, or a continuation message was stored)."""
+        context = ContinuationContext(
+            turn.session_id, turn.id, turn.settings, last.text, list(last.tool_calls), results_of(calls)
+        )
+        decision = await decide(self._hook, context)
+        answered = not last.tool_calls
+        if isinstance(decision, ContinueTurn):
+            if answered and turn.continuations >= MAX_CONSECUTIVE_CONTINUATIONS:
+                await self._finish(turn, TurnStatus.FAILED, last.text or None, texts.continuation_limit(MAX_CONSECUTIVE_CONTINUATIONS))
+                return True
+            if turn.model_calls >= self._config.max_model_calls:
+                await self._finish(turn, TurnStatus.FAILED, last.text or None, texts.limit_reached(self._config.max_model_calls))
+                return True
+            await self._store.append_message(turn.session_id, turn.id, Message(role="user", text=decision.message), continuation=answered)
+            return True
+        if decision == "end" or answered:
+            # Not ended when a steer message came meanwhile: the next pass applies it.
+            await self._finish(turn, TurnStatus.COMPLETED, last.text or None, None)
+            return True
+        return False
 
-    async def _offered_tools(self, with_tools: bool) -> tuple[list[ToolSpec], dict[str, GatewayTool]]:
+    async def _cancel(self, turn: TurnRecord, control: TurnControl) -> None:
+        """End the turn `cancelled`: started writes run to their end, nothing else is sent."""
+        pending = [c for c in await self._store.tool_calls(turn.session_id, turn.id) if not c.status.final]
+        if pending:
+            await self._runner.run(pending, control)
+        reason = control.cancel_reason or texts.turn_cancelled_reason("unknown", None)
+        await self._store.cancel_waits(turn.session_id, turn.id, "turn_cancelled")
+        await self._store.append_message(turn.session_id, turn.id, Message(role="user", text=texts.turn_cancelled_note(reason)))
+        await self._finish(turn, TurnStatus.CANCELLED, None, reason)
+
+    def _settings(self, turn: TurnRecord) -> SessionSettings:
+        return SessionSettings.of(turn.settings)
+
+    def _model_for(self, settings: SessionSettings) -> ModelClient:
+        if settings.model and self._models is not None and settings.model != self._model.name:
+            return self._models(settings.model)
+        return self._model
+
+    async def _offered_tools(
+        self, with_tools: bool, mode: TurnMode, settings: SessionSettings
+    ) -> tuple[list[ToolSpec], dict[str, GatewayTool]]:
+        """The tools of this model call; GatewayUnavailable when the gateway cannot list them. A
+        planning turn is offered only write_todos, and lists nothing from the gateway."""
         if not with_tools:
             return [], {}
-        try:
-            listed = await self._tools.list_tools()
-        except GatewayUnavailable as exc:
-            # A down gateway offers no tools for this model call; it never fails the turn.
-            log.warning("no gateway tools this model call: %s", exc)
-            listed = []
+        if mode is TurnMode.PLANNING:
+            return [BUILTIN_DEFINITIONS[WRITE_TODOS]], {}
+        listed = await self._tools.list_tools()
         builtins = [BUILTIN_DEFINITIONS[name] for name in self._config.builtin_tools]
         reserved = {b.name for b in builtins}
         gateway: dict[str, GatewayTool] = {}
@@ -162,48 +244,81 @@ class TurnLoop:
             if tool.name in reserved:
                 log.warning("gateway tool %s uses the name of a built-in tool; left out", tool.name)
                 continue
-            gateway[tool.name] = tool
+            effect, approval = apply_policy(tool.effect, tool.requires_approval, settings.tool_policies.get(tool.name))
+            gateway[tool.name] = tool.model_copy(update={"effect": effect, "requires_approval": approval})
         specs = [ToolSpec(name=t.name, description=t.description, input_schema=t.input_schema) for t in gateway.values()]
         return specs + builtins, gateway
 
-    def _request(self, turn: TurnRecord, tools: list[ToolSpec]) -> ModelRequest:
-        """Built from committed state only: stored messages, each call paired with its result."""
-        records = {c.id: c for c in self._store.tool_calls(turn.session_id)}
-        messages: list[Message] = []
-        for message in self._store.messages(turn.session_id):
-            messages.append(message)
-            for call in message.tool_calls:
-                record = records.get(call.id)
-                text = record.result_text if record and record.status.final and record.result_text is not None else texts.missing_result()
-                messages.append(Message(role="tool", text=text, tool_call_id=call.id, tool_name=call.name))
-        return ModelRequest(
-            instructions=self._config.instructions, messages=messages, tools=tools, model_call=turn.model_calls + 1
+    async def _model_step(self, turn: TurnRecord, control: TurnControl) -> None:
+        steered = await self._store.apply_steers(turn.session_id, turn.id)
+        if steered:
+            await self._events.steered(turn, steered)
+        settings = self._settings(turn)
+        stop = limit_reached(
+            settings, await self._store.usage_totals(turn.session_id, turn.id), await self._store.usage_totals(turn.session_id)
         )
-
-    async def _model_step(self, turn: TurnRecord) -> None:
+        if stop is not None:
+            await self._finish(turn, TurnStatus.STOPPED, None, stop)
+            return
         number = turn.model_calls + 1
         # The last allowed model call is offered no tools, so the model has to answer.
-        specs, gateway = await self._offered_tools(with_tools=number < self._config.max_model_calls)
-        request = self._request(turn, specs)
-        response: ModelResponse | None = None
-        for attempt in range(1, MODEL_ATTEMPTS + 1):
-            try:
-                response = await self._model.complete(request, on_text=self._events.text)
-                break
-            except ModelError as exc:
-                if attempt == MODEL_ATTEMPTS:
-                    self._store.finish_turn(turn.session_id, turn.id, TurnStatus.FAILED, None, f"model call failed: {exc}")
-                    return
-                await anyio.sleep(0.5 * attempt)
-        assert response is not None
+        try:
+            specs, gateway = await self._offered_tools(number < self._config.max_model_calls, turn.mode, settings)
+        except GatewayUnavailable as exc:
+            # The gateway is the only tool source: a turn without it would answer blind.
+            self.gateway_error = exc
+            await self._finish(turn, TurnStatus.FAILED, None, str(exc))
+            return
+        self.gateway_error = None
+        model = self._model_for(settings)
+        session = await self._store.get_session(turn.session_id)
+        assert session is not None
+        wanted = Request(turn, plan_note(session, turn.mode), self._config.instructions, specs, settings.temperature, settings.max_tokens)
+        try:
+            request = await self._compactor.request(wanted, settings, model, control)
+            if request is not None and self._images is not None:
+                request = await self._images.with_bytes(request)
+            response = None if request is None else await self._call_model(model, request, turn, control)
+        except ModelError as exc:
+            await self._finish(turn, TurnStatus.FAILED, None, f"model call failed: {exc}")
+            return
+        if response is None:
+            return  # cancelled: the answer is dropped
         await self._events.model_response(turn, response)
-        message, records = self._records(turn, number, response, gateway, limit_hit=not specs and bool(response.tool_calls))
-        self._store.record_model_response(turn, message, records)
+        message, records = await self._records(turn, number, response, gateway, limit_hit=not specs and bool(response.tool_calls))
+        usage = response.usage
+        await self._store.record_model_response(
+            turn, message, records,
+            (model.name, usage.input_tokens, usage.output_tokens, settings.cost(usage.input_tokens, usage.output_tokens)),
+        )
+        for record in records:
+            if record.status.final:
+                await self._events.tool_refused(record)
 
-    def _records(
+    async def _call_model(self, model: ModelClient, request: ModelRequest, turn: TurnRecord, control: TurnControl) -> ModelResponse | None:
+        """The model call, tried up to MODEL_ATTEMPTS times; None when the turn was cancelled."""
+        for attempt in range(1, MODEL_ATTEMPTS + 1):
+            deltas = _Deltas(self._store, turn)
+
+            async def on_text(chunk: str) -> None:
+                await self._events.text(chunk)
+                await deltas.add(chunk)
+
+            try:
+                with control.scope(Section.MODEL) as scope:
+                    response = await model.complete(request, on_text=on_text)
+                await deltas.flush()
+                return None if scope.cancelled_caught else response
+            except ModelError:
+                if attempt == MODEL_ATTEMPTS:
+                    raise
+                await anyio.sleep(0.5 * attempt)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    async def _records(
         self, turn: TurnRecord, number: int, response: ModelResponse, gateway: dict[str, GatewayTool], limit_hit: bool
     ) -> tuple[Message, list[ToolCallRecord]]:
-        taken = self._store.tool_call_ids(turn.session_id)
+        taken = await self._store.tool_call_ids(turn.session_id)
         calls: list[ToolCall] = []
         records: list[ToolCallRecord] = []
         for position, call in enumerate(response.tool_calls):
@@ -223,19 +338,22 @@ class TurnLoop:
         gateway: dict[str, GatewayTool], limit_hit: bool,
     ) -> ToolCallRecord:
         status, text = CallStatus.PENDING, None
-        kind, effect, approval, schema = "unknown", Effect.UNCLASSIFIED.value, False, None
+        kind, effect, approval = "unknown", "unclassified", False
+        schema: dict[str, Any] | None = None
         if call.name in self._config.builtin_tools:
-            kind, effect, schema = "builtin", Effect.READ.value, BUILTIN_DEFINITIONS[call.name].input_schema
+            kind, effect, schema = "builtin", "read", BUILTIN_DEFINITIONS[call.name].input_schema
         elif call.name in gateway:
             tool = gateway[call.name]
             kind, effect, approval, schema = "gateway", tool.effect.value, tool.requires_approval, tool.input_schema
         if limit_hit:
             status, text = CallStatus.NOT_RUN, texts.limit_reached(self._config.max_model_calls)
+        elif turn.mode is TurnMode.PLANNING and call.name != WRITE_TODOS:
+            status, text = CallStatus.REJECTED, texts.PLANNING_ONLY
         elif kind == "unknown":
             status, text = CallStatus.FAILED, texts.unknown_tool(call.name)
         elif call.invalid_arguments is not None:
             status, text = CallStatus.FAILED, texts.invalid_arguments(call.name, call.invalid_arguments)
-        elif schema is not None and (problem := _check_arguments(schema, call.arguments)) is not None:
+        elif schema is not None and (problem := check_arguments(schema, call.arguments)) is not None:
             status, text = CallStatus.FAILED, texts.invalid_arguments(call.name, problem)
         return ToolCallRecord(
             session_id=turn.session_id, turn_id=turn.id, id=call_id, model_call=number, position=position,
@@ -243,66 +361,3 @@ class TurnLoop:
             idempotency_key=idempotency_key(turn.session_id, turn.id, call_id), status=status, result_text=text,
             updated_at=0.0,
         )
-
-    # Tool calls -------------------------------------------------------------------------------
-
-    async def _run_calls(self, calls: list[ToolCallRecord]) -> None:
-        """Reads (and built-ins) in parallel; writes one at a time in the model's order."""
-        writes = sorted((c for c in calls if c.is_write), key=lambda c: c.position)
-        async with anyio.create_task_group() as tg:
-            for call in calls:
-                if not call.is_write and not call.status.final:
-                    tg.start_soon(self._run_call, call)
-            tg.start_soon(self._run_writes, writes)
-
-    async def _run_writes(self, writes: list[ToolCallRecord]) -> None:
-        blocker: ToolCallRecord | None = None
-        for write in writes:
-            current = self._store.get_tool_call(write.session_id, write.id)
-            if not current.status.final:
-                if blocker is not None:
-                    current = self._finish(current, CallStatus.SKIPPED, texts.skipped(blocker.name, blocker.id))
-                    await self._events.tool_finished(current, False)
-                else:
-                    current = await self._run_call(current)
-            if blocker is None and current.status is not CallStatus.SUCCEEDED:
-                blocker = current
-
-    def _finish(self, record: ToolCallRecord, status: CallStatus, text: str) -> ToolCallRecord:
-        return self._store.update_tool_call(record, status=status, result_text=text)
-
-    async def _run_call(self, record: ToolCallRecord) -> ToolCallRecord:
-        await self._events.tool_started(record)
-        replayed = False
-        if record.kind == "builtin":
-            status, text = await self._builtins.run(record)
-            record = self._finish(record, status, text)
-        else:
-            if record.requires_approval and record.status in (CallStatus.PENDING, CallStatus.AWAITING_APPROVAL):
-                record = self._store.update_tool_call(record, status=CallStatus.AWAITING_APPROVAL)
-                decision = await self._approvals.wait(record)
-                await self._events.approval_decided(record, decision)
-                if not decision.allowed:
-                    text = (
-                        texts.APPROVAL_DEADLINE_PASSED
-                        if decision.status is ApprovalStatus.EXPIRED
-                        else texts.approval_denied(decision.reason)
-                    )
-                    record = self._finish(record, CallStatus.REJECTED, text)
-                    await self._events.tool_finished(record, False)
-                    return record
-                record = self._store.update_tool_call(record, status=CallStatus.APPROVED)
-            attempts_done = record.attempts if record.status is CallStatus.SENT else 0
-            sent = record
-
-            def on_attempt(attempt: int) -> None:
-                self._store.update_tool_call(sent, status=CallStatus.SENT, attempts=attempt)
-
-            result = await self._tools.call(
-                record.name, record.arguments, record.idempotency_key, Effect(record.effect), attempts_done, on_attempt
-            )
-            replayed = result.replayed
-            record = self._store.update_tool_call(record, status=result.status, result_text=result.text, attempts=max(result.attempts, record.attempts))
-        await self._events.tool_finished(record, replayed)
-        return record
-

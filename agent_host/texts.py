@@ -25,6 +25,10 @@ OUTCOME_UNKNOWN = (
 
 NOT_RUN_PREFIX = "the tool did not run, so it is safe to call again"
 
+# Why an attempt is interrupted (the detail inside a failed / outcome-unknown text).
+TRANSPORT_CANCELLED = "the connection broke after the request was sent (the MCP client cancelled the exchange)"
+HOST_STOPPED = "the host stopped before the answer came back"
+
 APPROVAL_DENIED = "The tool call was not run: the user denied approval."
 APPROVAL_DEADLINE_PASSED = "approval deadline passed"
 QUESTION_DECLINED = "The user declined to answer."
@@ -33,6 +37,11 @@ QUESTION_DEADLINE_PASSED = "question deadline passed"
 
 def outcome_unknown(detail: str | None = None) -> str:
     return OUTCOME_UNKNOWN if not detail else f"{OUTCOME_UNKNOWN} ({detail})"
+
+
+def no_answer(detail: str) -> str:
+    """An attempt that was sent and got no readable answer."""
+    return f"no answer after the request was sent ({detail})"
 
 
 def rejected(detail: str) -> str:
@@ -95,3 +104,52 @@ def todos_updated(revision: int, task_count: int) -> str:
 
 def todos_cleared(revision: int) -> str:
     return as_json({"status": "cleared", "revision": revision})
+
+
+# Steering and cancellation -------------------------------------------------------------------
+
+CANCELLED_BY_STEERING = (
+    "The tool call was not run: the user sent a new message while this turn was running, so the "
+    "calls that had not started were cancelled. Read the user's message and decide again."
+)
+CANCELLED_BY_TURN_CANCELLATION = "The tool call was not run: the user cancelled the turn."
+READ_STOPPED_BY_CANCELLATION = "The tool call was stopped before it answered: the user cancelled the turn."
+
+
+def turn_cancelled_reason(source: str, reason: str | None) -> str:
+    """The turn's error text: who cancelled it, and why when they said."""
+    base = f"cancelled by the user ({source})"
+    return f"{base}: {reason.strip()}" if reason and reason.strip() else base
+
+
+def turn_cancelled_note(reason: str) -> str:
+    """Stored at the end of a cancelled turn, so a later model call knows what happened."""
+    return f"[Dex] This turn was {reason}. Calls that had not started were not run."
+
+
+# Plans ------------------------------------------------------------------------------------------
+
+PLANNING_ONLY = "The tool call was not run: a planning turn can only call write_todos."
+
+
+def plan_approved(revision: int) -> str:
+    return (
+        f"[Dex] The user approved plan revision {revision}. Execute it and keep the task statuses "
+        "current with write_todos."
+    )
+
+
+# Turn continuation and spend limits ---------------------------------------------------------------
+
+def continuation_limit(limit: int) -> str:
+    return f"the turn reached its limit of {limit} consecutive continuations without a tool call"
+
+
+def spend_limit(scope: str, used: str, limit: str) -> str:
+    """`spend limit reached: this turn used 1,200 tokens of its 1,000-token limit`."""
+    return f"spend limit reached: this {scope} used {used} of its {limit} limit"
+
+
+# Compaction ---------------------------------------------------------------------------------------
+
+CONTEXT_SUMMARY_HEADER = "[Dex] Summary of the earlier conversation:"

@@ -43,7 +43,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from gateway_overhead import PYTHON, ROOT, Proc, percentile, start, wait_for_tools  # noqa: E402
+from gateway_overhead import PYTHON, ROOT, SCRATCH_LAUNCHER, Proc, percentile, start, wait_for_tools  # noqa: E402
 
 PG_URL = os.environ.get("DEX_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
@@ -110,6 +110,8 @@ def main() -> int:
     parser.add_argument("--no-direct", action="store_true", help="skip the direct-to-upstream reference row")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs, configs, SQLite file)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
+    parser.add_argument("--compare-pythonpath", metavar="DIR",
+                        help="also run case (b) on the gateway package copy in DIR (e.g. the code before a change)")
     args = parser.parse_args()
 
     workdir = Path(tempfile.mkdtemp(prefix="dex-fence-bench-"))
@@ -121,16 +123,23 @@ def main() -> int:
         procs.append(upstream)
         exe = shutil.which("dex-gateway", path=str(Path(PYTHON).parent)) or "dex-gateway"
 
-        def gateway(name: str, store: str) -> Proc:
+        def gateway(name: str, store: str, pythonpath: str | None = None) -> Proc:
             config = workdir / f"{name}.yaml"
             config.write_text(gateway_yaml(upstream.url, store))
-            proc = start(name, [exe, "serve", "--config", str(config), "--port", "0"], workdir)
+            argv = [exe, "serve", "--config", str(config), "--port", "0"]
+            if pythonpath:
+                argv = [PYTHON, "-c", SCRATCH_LAUNCHER, pythonpath, *argv[1:]]
+            proc = start(name, argv, workdir)
             procs.append(proc)
             wait_for_tools(proc.url, {"fenced__write", "open__write"})
             return proc
 
         gw_sqlite = gateway("gateway-sqlite", f"sqlite:///{workdir / 'fences.db'}")
-        gw_pg = None if pg_problem else gateway("gateway-pg", f"{PG_URL}{'&' if '?' in PG_URL else '?'}schema={schema}")
+        pg_store = f"{PG_URL}{'&' if '?' in PG_URL else '?'}schema={schema}"
+        gw_pg = None if pg_problem else gateway("gateway-pg", pg_store)
+        gw_pg_other = None
+        if args.compare_pythonpath and not pg_problem:
+            gw_pg_other = gateway("gateway-pg-compare", pg_store + "_b", args.compare_pythonpath)
 
         # case -> (url, tool, fresh keys)
         cases: dict[str, tuple[str, str, bool]] = {
@@ -138,6 +147,8 @@ def main() -> int:
         }
         if gw_pg is not None:
             cases["(b) fenced, PostgreSQL"] = (gw_pg.url, "fenced__write", True)
+        if gw_pg_other is not None:
+            cases["(b') fenced, PostgreSQL, DIR"] = (gw_pg_other.url, "fenced__write", True)
         cases["(c) unfenced (keyless pass)"] = (gw_sqlite.url, "open__write", False)
         if not args.no_direct:
             cases["(d) direct to upstream"] = (upstream.url, "write", False)
@@ -155,7 +166,7 @@ def main() -> int:
         rows = {name: summarize(r["lat"], r["errors"], r["first_errors"]) for name, r in raw.items()}
         base = rows["(c) unfenced (keyless pass)"]
         added = {}
-        for name in ("(a) fenced, SQLite", "(b) fenced, PostgreSQL"):
+        for name in ("(a) fenced, SQLite", "(b) fenced, PostgreSQL", "(b') fenced, PostgreSQL, DIR"):
             if name in rows:
                 r = rows[name]
                 added[name] = {
@@ -200,6 +211,7 @@ def main() -> int:
             p.stop()
         if not pg_problem:
             pg_schema_action(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+            pg_schema_action(f'DROP SCHEMA IF EXISTS "{schema}_b" CASCADE')
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
 

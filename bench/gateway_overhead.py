@@ -70,15 +70,23 @@ class Proc:
     popen: subprocess.Popen[bytes]
     log: Path
     url: str = ""
+    count_children: bool = False  # add the CPU of its descendants (a --workers supervisor)
 
     def cpu_seconds(self) -> float:
-        """utime + stime of the process (and its waited-for children) from /proc."""
-        try:
-            fields = Path(f"/proc/{self.popen.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            return 0.0
-        # fields[0] is state (field 3); utime=14, stime=15 -> index 11, 12
-        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+        """utime + stime of the process and of its descendants (`serve --workers N`) from /proc."""
+        total, pending = 0.0, [self.popen.pid]
+        while pending:
+            pid = pending.pop()
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+            except OSError:
+                continue
+            # fields[0] is state (field 3); utime=14, stime=15 -> index 11, 12
+            total += (int(fields[11]) + int(fields[12])) / CLK_TCK
+            if self.count_children:
+                pending.extend(int(c) for c in children)
+        return total
 
     def stop(self) -> None:
         if self.popen.poll() is None:
@@ -90,11 +98,12 @@ class Proc:
                 self.popen.wait()
 
 
-def start(name: str, cmd: list[str], workdir: Path, env: dict[str, str] | None = None, timeout: float = 30.0) -> Proc:
+def start(name: str, cmd: list[str], workdir: Path, env: dict[str, str] | None = None, timeout: float = 30.0,
+          count_children: bool = False) -> Proc:
     log = workdir / f"{name}.log"
     handle = log.open("wb")
     popen = subprocess.Popen(cmd, stdout=handle, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
-    proc = Proc(name, popen, log)
+    proc = Proc(name, popen, log, count_children=count_children)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         match = LISTEN_RE.search(log.read_text(errors="replace"))
@@ -151,7 +160,7 @@ def run_case(url: str, tool: str, concurrency: int, calls: int, args: argparse.N
     cmd = [
         PYTHON, str(HERE / "loadgen.py"), "--url", url, "--tool", tool, "--concurrency", str(concurrency),
         "--calls", str(calls), "--warmup", str(args.warmup), "--max-seconds", str(args.max_seconds),
-        "--driver", args.driver,
+        "--driver", args.driver, "--era", args.era,
     ]
     if tool == "write":
         cmd.append("--fresh-keys")
@@ -184,7 +193,8 @@ def run_case(url: str, tool: str, concurrency: int, calls: int, args: argparse.N
 
 def print_table(rows: list[dict[str, Any]], meta: dict[str, Any]) -> None:
     print(
-        f"gateway overhead: upstream answers {meta['upstream_mode']}, gateway front answers {meta['gateway_mode']}; "
+        f"gateway overhead, era {meta['era']} on both sides: upstream answers {meta['upstream_mode']}, "
+        f"gateway front answers {meta['gateway_mode']}; "
         f"{meta['cpus']} CPU cores shared by load generator, gateway and upstream "
         "(at c=16 they compete for CPU: read the CPU ms/call columns)."
     )
@@ -222,9 +232,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--upstream-json", action="store_true", help="upstream answers application/json instead of SSE")
     parser.add_argument("--gateway-json", action="store_true", help="gateway config server.json_response: true")
-    parser.add_argument("--upstream-protocol", default="handshake", choices=["handshake", "auto", "2026-07-28"],
-                        help="the gateway's era towards the upstream; 'handshake' (default) matches the load "
-                             "generator's direct requests, so both sides of a ratio speak the same era")
+    parser.add_argument("--era", default="handshake", choices=["handshake", "2026-07-28"],
+                        help="protocol era on both sides: the load generator's requests (direct and to the "
+                             "gateway) and the gateway's requests to the upstream, so a ratio compares like with like")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16])
     parser.add_argument("--calls-c1", type=int, default=2000, help="measured calls per case at c=1")
     parser.add_argument("--calls", type=int, default=5000, help="measured calls per case at c>1")
@@ -232,6 +242,10 @@ def main() -> int:
     parser.add_argument("--max-seconds", type=float, default=60.0, help="time cap per case")
     parser.add_argument("--tools", nargs="+", default=["read", "write"], choices=["read", "write"])
     parser.add_argument("--gateway-pythonpath", help="run the gateway package copy in this dir (scratch experiments)")
+    parser.add_argument("--gateway-workers", type=int, default=1, help="dex-gateway serve --workers N")
+    parser.add_argument("--traces", action="store_true",
+                        help="the gateway exports spans over OTLP/HTTP (OTEL_* variables) to bench/otlp_sink.py")
+    parser.add_argument("--no-metrics", action="store_true", help="gateway config telemetry.metrics: false")
     parser.add_argument("--driver", choices=["raw", "httpx"], default="raw",
                         help="load generator HTTP client: raw asyncio HTTP/1.1 (lean) or httpx")
     parser.add_argument("--upstream-http", default="auto", help="uvicorn http implementation of the upstream")
@@ -248,15 +262,23 @@ def main() -> int:
         upstream = start("upstream", up_cmd, workdir)
         procs.append(upstream)
         config = workdir / "gateway.yaml"
-        config.write_text(gateway_config(upstream.url, workdir / "fences.db", args.gateway_json, args.upstream_protocol))
+        config.write_text(gateway_config(upstream.url, workdir / "fences.db", args.gateway_json, args.era)
+                          + ("telemetry: {metrics: false}\n" if args.no_metrics else ""))
         env = dict(os.environ)
+        if args.traces:
+            sink = start("otlp-sink", [PYTHON, str(HERE / "otlp_sink.py"), "--port", "0"], workdir)
+            procs.append(sink)
+            env.update(OTEL_TRACES_EXPORTER="otlp", OTEL_EXPORTER_OTLP_ENDPOINT=sink.url,
+                       OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf", OTEL_SERVICE_NAME="dex-gateway-bench")
         if args.gateway_pythonpath:
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [args.gateway_pythonpath, env.get("PYTHONPATH")]))
             gw_cmd = [PYTHON, "-c", SCRATCH_LAUNCHER, args.gateway_pythonpath, "serve", "--config", str(config), "--port", "0"]
         else:
             exe = shutil.which("dex-gateway", path=str(Path(PYTHON).parent)) or "dex-gateway"
             gw_cmd = [exe, "serve", "--config", str(config), "--port", "0"]
-        gateway = start("gateway", gw_cmd, workdir, env=env)
+        if args.gateway_workers > 1:
+            gw_cmd += ["--workers", str(args.gateway_workers)]
+        gateway = start("gateway", gw_cmd, workdir, env=env, count_children=args.gateway_workers > 1)
         procs.append(gateway)
         wait_for_tools(gateway.url, {"echo", "write"})
 
@@ -280,7 +302,11 @@ def main() -> int:
             "upstream_mode": "JSON" if args.upstream_json else "SSE",
             "gateway_mode": "JSON" if args.gateway_json else "SSE",
             "cpus": os.cpu_count(),
+            "era": args.era,
             "driver": args.driver,
+            "gateway_workers": args.gateway_workers,
+            "traces": args.traces,
+            "metrics": not args.no_metrics,
             "python": sys.version.split()[0],
             "workdir": str(workdir) if args.keep else None,
         }

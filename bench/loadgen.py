@@ -6,8 +6,9 @@
 Each of `concurrency` workers sends one `tools/call` at a time on its own keep-alive
 connection. Two drivers: `raw` (default: hand-written HTTP/1.1 over asyncio streams,
 ~0.1-0.2 ms CPU per call) and `httpx` (httpx.AsyncClient, ~1-1.5 ms CPU per call, which on a
-2-core box makes the generator the biggest CPU consumer of a direct run). Both send (`mcp-protocol-version: 2025-11-25`, `accept: application/json, text/event-stream`,
-no `initialize`: the servers under test are stateless) and parses the answer whether it is
+2-core box makes the generator the biggest CPU consumer of a direct run). Both send stateless requests (`accept: application/json, text/event-stream`, no `initialize`) in
+one protocol era (`--era`): `mcp-protocol-version: 2025-11-25` by default, or 2026-07-28 with its
+routing headers and per-request `_meta` envelope, and parses the answer whether it is
 JSON or SSE. Prints one JSON object on stdout: latencies (ms), wall time, errors, and the
 generator's own CPU seconds, so a run can show that the generator was not the bottleneck.
 `--fresh-keys` puts a new `io.superdurable.dex/idempotencyKey` in every request's `_meta`.
@@ -33,6 +34,20 @@ HEADERS = {
     "accept": "application/json, text/event-stream",
     "mcp-protocol-version": "2025-11-25",
 }
+MODERN = "2026-07-28"
+# The 2026-07-28 per-request envelope (no handshake): protocol version, capabilities, client info.
+MODERN_ENVELOPE = {
+    "io.modelcontextprotocol/protocolVersion": MODERN,
+    "io.modelcontextprotocol/clientCapabilities": {},
+    "io.modelcontextprotocol/clientInfo": {"name": "dex-bench-loadgen", "version": "1"},
+}
+
+
+def era_headers(era: str, tool: str) -> dict[str, str]:
+    """Request headers of one era: the handshake era's version header, or the 2026 routing headers."""
+    if era == MODERN:
+        return {**HEADERS, "mcp-protocol-version": MODERN, "mcp-method": "tools/call", "mcp-name": tool}
+    return dict(HEADERS)
 
 
 def parse_answer(content_type: str, body: bytes, request_id: int) -> dict:
@@ -58,14 +73,14 @@ def parse_answer(content_type: str, body: bytes, request_id: int) -> dict:
 class RawConnection:
     """One keep-alive HTTP/1.1 connection: POST, then read a content-length or chunked body."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, headers: dict[str, str]) -> None:
         parts = urlsplit(url)
         self.host = parts.hostname or "127.0.0.1"
         self.port = parts.port or 80
         self.path = parts.path or "/"
         self.head = (
             f"POST {self.path} HTTP/1.1\r\nhost: {self.host}:{self.port}\r\n"
-            + "".join(f"{k}: {v}\r\n" for k, v in HEADERS.items())
+            + "".join(f"{k}: {v}\r\n" for k, v in headers.items())
         ).encode()
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
@@ -112,11 +127,14 @@ async def run(args: argparse.Namespace) -> dict:
     budget = args.warmup + args.calls
     deadline = 0.0  # set after the warm-up
 
-    async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(30.0), headers=HEADERS) as client:
-        raw_connections = [RawConnection(args.url) for _ in range(args.concurrency)]
+    headers = era_headers(args.era, args.tool)
+    async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(30.0), headers=headers) as client:
+        raw_connections = [RawConnection(args.url, headers) for _ in range(args.concurrency)]
 
         async def one(i: int, record: bool, slot: int) -> None:
-            meta = {IDEMPOTENCY_KEY: f"{prefix}{i}"} if args.fresh_keys else None
+            meta: dict = {IDEMPOTENCY_KEY: f"{prefix}{i}"} if args.fresh_keys else {}
+            if args.era == MODERN:
+                meta.update(MODERN_ENVELOPE)
             params: dict = {"name": args.tool, "arguments": {"text": "hello"}}
             if meta:
                 params["_meta"] = meta
@@ -174,6 +192,8 @@ def main() -> None:
     parser.add_argument("--max-seconds", type=float, default=60.0)
     parser.add_argument("--fresh-keys", action="store_true")
     parser.add_argument("--driver", choices=["raw", "httpx"], default="raw")
+    parser.add_argument("--era", choices=["handshake", MODERN], default="handshake",
+                        help="protocol era of the requests: stateless handshake era (2025-11-25) or 2026-07-28")
     args = parser.parse_args()
     json.dump(asyncio.run(run(args)), sys.stdout)
 

@@ -6,6 +6,8 @@
 #
 #   conformance/run.sh                 # uses .venv/bin/dex-gateway
 #   GATEWAY_CMD="..." conformance/run.sh   # another gateway command (gets: serve --config F --port 0)
+#   GATEWAY_MEDIA=1 conformance/run.sh     # the gateway with a media store (a local directory): image
+#                                          # results reach the suite as "[image 1]" + a resource_link
 # Loopback only. Needs node >= 20 and npm (Node 20 gets fs.globSync from fs-globsync-hook.mjs).
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -39,6 +41,7 @@ upstreams:
   - {name: everything, transport: streamable_http, url: "$SERVER_URL", prefix: "", keyless_writes: pass}
 fences: {store: "sqlite:///$WORK/fences.db"}
 YAML
+if [ -n "${GATEWAY_MEDIA:-}" ]; then echo "media: {store: \"file://$WORK/media\"}" >>"$WORK/gateway.yaml"; fi
 (cd "$ROOT" && exec $GATEWAY_CMD serve --config "$WORK/gateway.yaml" --port 0) >"$WORK/gateway.log" 2>&1 &
 PIDS+=($!)
 GATEWAY_URL="$(wait_url "$WORK/gateway.log")"

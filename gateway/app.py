@@ -1,4 +1,4 @@
-"""The Starlette application: routes (/mcp, /healthz, /readyz, /admin) and the lifespan that
+"""The Starlette application: routes (/mcp, /healthz, /readyz, /admin, /media) and the lifespan that
 builds every resource from the config (stores, upstreams, caches) and closes it again."""
 
 from __future__ import annotations
@@ -9,26 +9,36 @@ import socket
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 from datetime import timedelta
 
 import anyio
 from anyio.abc import TaskGroup
-from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .auth import Authenticator, HostOriginPolicy, McpGuard
 from .calls import CallPipeline
 from .catalog import Catalog
 from .config import GatewayConfig
 from .connectors import ConnectorRegistry
 from .connectors.admin_api import admin_routes
-from .fastpath import ToolCallFastPath
+from .database import Database
+from .drain import Drain
 from .fences import Fences, FenceStore, Owner, open_fence_store
-from .server import Front
+from .front import SERVER_INFO, Authenticator, SessionNotifier, build_front
+from .front.auth import BearerAuth
+from .front.hosts import HostOriginGuard, HostOriginPolicy
+from .media.runtime import Media, open_media
+from .media.serving import MediaEndpoint
+from .operations import Operations
+from .scope import PrincipalScope
+from .tasks import Tasks, TaskStore
+from .tasks.runtime import open_tasks_store, start_tasks, task_requests
+from .telemetry import Telemetry
 from .upstreams.listing import ListingCache, ListKind
 from .upstreams.upstream import Upstream
 
@@ -46,10 +56,11 @@ class Runtime:
     upstreams: dict[str, Upstream]
     caches: list[ListingCache]
     catalog: Catalog
-    front: Front
     mcp_app: ASGIApp
     connectors: ConnectorRegistry
     manager: StreamableHTTPSessionManager
+    media: Media
+    tasks: Tasks | None = None
     # Every upstream has been asked for its tools once (reported by /readyz, not gated on:
     # one hung upstream must not take a replica out of rotation).
     catalog_listed: bool = False
@@ -70,22 +81,28 @@ def replica_id_for(config: GatewayConfig) -> str:
     return f"{socket.gethostname()}:{config.server.port}"
 
 
-def create_app(config: GatewayConfig) -> Starlette:
+def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: Telemetry | None = None) -> Starlette:
+    """`drain`: SIGTERM's handle (gateway/serve.py); `telemetry`: instead of the config's (tests)."""
     holder = _RuntimeHolder()
     authenticator = Authenticator(config.auth)
+    ops = Operations.from_config(config, drain=drain, telemetry=telemetry, instance_id=replica_id_for(config))
     # Registrations live in the fence store's database, so every replica sees the same set.
-    connectors = ConnectorRegistry(config.fences.store)
+    database = Database(config.fences.store)  # one pool (PostgreSQL) for fences and registrations
+    connectors = ConnectorRegistry(database, policy=config.connectors.binding_policy())
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with anyio.create_task_group() as tg, _open_store(config) as store, connectors:
+        async with (
+            anyio.create_task_group() as tg, database, _open_store(database) as store, connectors,
+            open_media(config.media, database) as media, open_tasks_store(config.tasks, database) as task_store,
+        ):
             if config.connectors.dir:
                 await connectors.load_dir(config.connectors.dir)
-            runtime = await _build_runtime(config, tg, store, authenticator, connectors)
+            runtime = await _build_runtime(config, tg, store, authenticator, connectors, media, task_store, ops=ops)
             holder.runtime = runtime
             app.state.runtime = runtime
             try:
-                async with runtime.manager.run():
+                async with ops.running(), runtime.manager.run():
                     tg.start_soon(runtime.fences.run_sweeper, timedelta(hours=config.fences.retention_hours))
                     tg.start_soon(runtime.fences.run_renewer)
                     tg.start_soon(_warm_up, runtime)
@@ -112,37 +129,83 @@ def create_app(config: GatewayConfig) -> Starlette:
         runtime = holder.runtime
         if runtime is None:
             return JSONResponse({"status": "starting"}, status_code=503)
+        if (why := ops.not_ready()) is not None:
+            return JSONResponse({"status": why}, status_code=503)
         try:
             with anyio.fail_after(2):
                 await runtime.store.stats()
-        except Exception as exc:  # noqa: BLE001 - readiness reports, never raises
-            return JSONResponse({"status": "store unavailable", "error": type(exc).__name__}, status_code=503)
-        return JSONResponse(
-            {"status": "ready", "upstreams": list(runtime.upstreams), "catalog_listed": runtime.catalog_listed}
-        )
+        except Exception:  # noqa: BLE001 - readiness reports any failure as "not ready", never raises
+            logger.warning("readiness: the fence store did not answer", exc_info=True)
+            return JSONResponse({"status": "store unavailable"}, status_code=503)
+        body: dict[str, Any] = {"status": "ready"}
+        if _may_see_detail(authenticator, request.headers.get("authorization")):
+            body.update(upstreams=list(runtime.upstreams), catalog_listed=runtime.catalog_listed)
+        return JSONResponse(body)
 
     routes: list[BaseRoute] = [
-        Route(config.server.path, endpoint=_AsgiEndpoint(mcp_endpoint), methods=["GET", "POST", "DELETE"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
     ]
     routes.extend(admin_routes(connectors, _admin_check(authenticator)))
-    return Starlette(routes=routes, lifespan=lifespan)
+    routes.extend(ops.routes(authenticator))
+    app = _GatewayApp(config.server.path, ops.wrap_mcp(mcp_endpoint), routes=routes, lifespan=lifespan)
+    app.guard_admin(HostOriginPolicy(config.server))
+    # /media: the same Host/Origin guard and bearer auth as /mcp (gateway/media/serving.py).
+    media_endpoint = MediaEndpoint(lambda: holder.runtime.media.reader if holder.runtime is not None else None)
+    app.serve_media(HostOriginGuard(BearerAuth(media_endpoint, authenticator), HostOriginPolicy(config.server)))
+    return app
 
 
-class _AsgiEndpoint:
-    """Wraps a plain ASGI function so Starlette's Route treats it as an app, not a handler."""
+def _may_see_detail(authenticator: Authenticator, authorization: str | None) -> bool:
+    """Readiness detail (upstream names) only for a caller with a token, when auth is on."""
+    if not authenticator.enabled:
+        return True
+    return authenticator.is_admin(authorization) or (
+        bool(authenticator.config.tokens) and authenticator.principal(authorization) is not None
+    )
 
-    def __init__(self, app: ASGIApp) -> None:
-        self._app = app
+
+class _GatewayApp(Starlette):
+    """Starlette for the operational routes; the MCP path goes straight to the front.
+
+    The front answers every request itself (JSON-RPC errors included, never a stack trace),
+    so Starlette's router and error middleware would only add CPU to the hottest path. The
+    admin API sits behind the same Host/Origin guard as the front, `/media` behind that guard
+    and the front's bearer auth; the health probes do not
+    (an orchestrator probes by pod address, and they tell nothing without a token).
+    """
+
+    def __init__(self, mcp_path: str, mcp_endpoint: ASGIApp, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._mcp_path = mcp_path
+        self._mcp_endpoint = mcp_endpoint
+        self._admin: ASGIApp = super().__call__
+        self._media: ASGIApp = super().__call__
+
+    def guard_admin(self, policy: HostOriginPolicy) -> None:
+        self._admin = HostOriginGuard(super().__call__, policy)
+
+    def serve_media(self, endpoint: ASGIApp) -> None:
+        self._media = endpoint
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self._app(scope, receive, send)
+        if scope["type"] == "http":
+            path = scope["path"]
+            if path == self._mcp_path:
+                await self._mcp_endpoint(scope, receive, send)
+                return
+            if path == "/admin" or path.startswith("/admin/"):
+                await self._admin(scope, receive, send)
+                return
+            if path.startswith("/media/"):
+                await self._media(scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)
 
 
 @contextlib.asynccontextmanager
-async def _open_store(config: GatewayConfig) -> AsyncIterator[FenceStore]:
-    store = open_fence_store(config.fences.store)
+async def _open_store(database: Database) -> AsyncIterator[FenceStore]:
+    store = open_fence_store(database)
     await store.open()
     try:
         yield store
@@ -152,7 +215,15 @@ async def _open_store(config: GatewayConfig) -> AsyncIterator[FenceStore]:
 
 
 async def _build_runtime(
-    config: GatewayConfig, tg: TaskGroup, store: FenceStore, authenticator: Authenticator, connectors: ConnectorRegistry
+    config: GatewayConfig,
+    tg: TaskGroup,
+    store: FenceStore,
+    authenticator: Authenticator,
+    connectors: ConnectorRegistry,
+    media: Media,
+    task_store: TaskStore | None = None,
+    *,
+    ops: Operations,
 ) -> Runtime:
     fences = Fences(
         store,
@@ -162,35 +233,24 @@ async def _build_runtime(
     )
     upstreams = {u.name: Upstream(u, tg) for u in config.upstreams}
     caches = [ListingCache(upstream, tg) for upstream in upstreams.values()]
-    front_ref: list[Front] = []
-
-    def on_change() -> None:
-        if front_ref:
-            tg.start_soon(front_ref[0].notify_tools_changed)
-
-    catalog = Catalog(caches, connectors, on_change=on_change)
-    pipeline = CallPipeline(catalog, upstreams, fences)
-    front = Front(catalog, pipeline, upstreams, authenticator.tool_globs)
-    front_ref.append(front)
-    manager = StreamableHTTPSessionManager(
-        app=front.server,
-        stateless=not config.server.stateful,
-        json_response=config.server.json_response,
-        max_request_body_size=config.server.max_request_bytes,
+    ops.watch_upstreams(caches)
+    notifier = SessionNotifier()
+    catalog = Catalog(caches, connectors, on_change=lambda: tg.start_soon(notifier.tools_changed),
+                      augment_tasks=task_store is not None and config.tasks.augment)
+    scope = PrincipalScope(config.auth)
+    pipeline = CallPipeline(
+        catalog, upstreams, fences, scope, max_result_bytes=config.server.max_result_bytes, media=media.stage,
+        upstream_tasks=task_requests(config.tasks), telemetry=ops.telemetry.calls, limits=ops.limits,
     )
+    tasks = start_tasks(config.tasks, task_store, tg, pipeline=pipeline, catalog=catalog, scope=scope, fences=fences,
+                        upstreams=upstreams, server_info=SERVER_INFO)
+    front = build_front(config, authenticator, catalog, pipeline, upstreams, scope, notifier, media.reader, tasks,
+                        telemetry=ops.telemetry)
+
     async def connectors_changed() -> None:
         catalog.refresh_routes()
 
     tg.start_soon(connectors.watch, connectors_changed)
-    endpoint: ASGIApp = StreamableHTTPASGIApp(manager)
-    if config.server.fast_tool_calls and not config.server.stateful and not config.server.json_response:
-        endpoint = ToolCallFastPath(endpoint, front, config.server.max_request_bytes)
-    mcp_app = McpGuard(
-        endpoint,
-        authenticator,
-        HostOriginPolicy(config.server),
-        config.server.max_request_bytes,
-    )
     return Runtime(
         config=config,
         task_group=tg,
@@ -199,10 +259,11 @@ async def _build_runtime(
         upstreams=upstreams,
         caches=caches,
         catalog=catalog,
-        front=front,
-        mcp_app=mcp_app,
+        mcp_app=front.app,
         connectors=connectors,
-        manager=manager,
+        manager=front.manager,
+        media=media,
+        tasks=tasks,
     )
 
 

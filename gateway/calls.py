@@ -1,16 +1,20 @@
-"""The tools/call pipeline: route -> policy -> fence -> dispatch -> outcome -> fence -> answer.
+"""The tools/call pipeline, the one tail every entry shares:
+
+    route -> policy -> fence (claim / replay / unknown) -> dispatch -> check the upstream result
+          -> outcome -> media (images -> references) -> result size limit -> fence (store) -> Answer
 
 Each stage lives in its own module; this one only strings them together in the order of the
-diagram in docs/architecture.md.
+diagram in docs/architecture.md. The front turns the Answer into the wire dict of its era
+(gateway/front/wire.py), whichever entry took the request.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
@@ -28,11 +32,21 @@ from .conventions.outcomes import (
     resolve_attempt,
     unknown,
 )
-from .errors import UnknownToolError, UpstreamInterrupted, UpstreamNotSent, UpstreamRpcError
-from .fences import FenceRejected, Fences, FenceUnknown, Proceed, Replay
+from .errors import UnknownToolError, UpstreamError, UpstreamInterrupted, UpstreamNotSent, UpstreamRpcError
+from .limits import over_result_limit
+from .media.stage import MediaStage
+from .media.validation import ImageRules
+from .fences import FenceRejected, Fences, FenceUnknown, Proceed, Replay, Ticket
 from .principals import ANONYMOUS
-from .upstreams.rpc import CallRelay
-from .upstreams.upstream import Upstream
+from .ratelimits import NO_LIMITS, RateLimits
+from .relay import CallRelay
+from .scope import PrincipalScope
+from .upstreams.results import InvalidResult, answer_from_result
+from .telemetry.calls import NO_CALL_TELEMETRY, CallTelemetry
+from .upstreams.upstream import Upstream, resend_delay
+
+if TYPE_CHECKING:
+    from .tasks.sink import UpstreamTaskSink
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +63,7 @@ class ToolCall:
     arguments: dict[str, Any]
     meta: Mapping[str, Any]
     relay: CallRelay | None = None  # progress, logs and requests back to the client
+    task: "UpstreamTaskSink | None" = None  # set when the call runs as a gateway task (gateway/tasks/)
 
     @property
     def idempotency_key(self) -> str | None:
@@ -56,16 +71,52 @@ class ToolCall:
         return key if isinstance(key, str) and key else None
 
 
+Request = Callable[..., Awaitable[dict[str, Any]]]
+
+
+class UpstreamTaskRequests(Protocol):
+    """Picks how a tools/call goes upstream: None for a plain request, else a request that runs it as
+    an upstream task and polls it to its end (gateway/tasks/requests.py)."""
+
+    def for_call(self, upstream: Upstream, route: ToolRoute, call: ToolCall) -> Request | None: ...
+
+
 class CallPipeline:
-    def __init__(self, catalog: Catalog, upstreams: Mapping[str, Upstream], fences: Fences) -> None:
+    def __init__(
+        self,
+        catalog: Catalog,
+        upstreams: Mapping[str, Upstream],
+        fences: Fences,
+        scope: PrincipalScope,
+        *,
+        max_result_bytes: int,
+        media: MediaStage | None = None,
+        upstream_tasks: UpstreamTaskRequests | None = None,
+        telemetry: CallTelemetry = NO_CALL_TELEMETRY,
+        limits: RateLimits = NO_LIMITS,
+    ) -> None:
         self._catalog = catalog
+        self._scope = scope
         self._upstreams = upstreams
         self._fences = fences
+        self._max_result_bytes = max_result_bytes
+        # None: images are checked and pass inline (no media store).
+        self._media = media or MediaStage(ImageRules())
+        self._upstream_tasks = upstream_tasks
+        self._telemetry = telemetry  # spans and metrics (gateway/telemetry/calls.py)
+        self._limits = limits  # per principal and upstream (gateway/ratelimits.py)
 
     async def call(self, call: ToolCall) -> Answer:
+        """The answer to one call; raises UnknownToolError for a name the principal cannot reach."""
         route = await self._catalog.tool(call.name)
-        if route is None:
-            raise UnknownToolError(f"unknown tool {call.name!r}")
+        if route is None or not self._scope.may_use_tool(call.principal, route.name, route.upstream):
+            raise UnknownToolError(call.name)
+        await self._limits.admit(call.principal, route.upstream)  # RateLimited: nothing was sent
+        with self._telemetry.call(route) as seen:
+            seen.answer = answer = await self._answer(route, call)
+        return answer
+
+    async def _answer(self, route: ToolRoute, call: ToolCall) -> Answer:
         key = call.idempotency_key
         if route.effect is Effect.READ:
             return (await self._dispatch(route, call, fence_id=None, takeover=False)).answer
@@ -75,6 +126,16 @@ class CallPipeline:
             return rejected(_missing_key_text(route))
         return await self._fenced(route, call, key)
 
+    async def call_settled(self, call: ToolCall, *, fence_id: str | None) -> Answer:
+        """A call whose fence is already settled (a task holds it: gateway/tasks/): the tail without
+        the fence. Raises UnknownToolError like `call`."""
+        route = await self._catalog.tool(call.name)
+        if route is None or not self._scope.may_use_tool(call.principal, route.name, route.upstream):
+            raise UnknownToolError(call.name)
+        with self._telemetry.call(route) as seen:
+            seen.answer = answer = (await self._dispatch(route, call, fence_id=fence_id, takeover=False)).answer
+        return answer
+
     async def _fenced(self, route: ToolRoute, call: ToolCall, key: str) -> Answer:
         try:
             decision = await self._fences.begin(
@@ -83,14 +144,18 @@ class CallPipeline:
         except ValueError as exc:
             # The fingerprint needs canonical JSON; NaN or infinities have none.
             return rejected(f"The tool {route.name} was not run: its arguments are not valid JSON ({exc}).")
-        if isinstance(decision, Replay):
-            return Answer.from_wire(decision.answer)
-        if isinstance(decision, FenceUnknown):
-            return Answer.from_wire(decision.answer) if decision.answer else unknown(decision.text)
-        if isinstance(decision, FenceRejected):
-            return rejected(decision.text)
-        assert isinstance(decision, Proceed)
-        ticket = decision.ticket
+        self._telemetry.fenced(route, decision)
+        match decision:
+            case Replay():
+                return Answer.from_wire(decision.answer)
+            case FenceUnknown():
+                return Answer.from_wire(decision.answer) if decision.answer else unknown(decision.text)
+            case FenceRejected():
+                return rejected(decision.text)
+            case Proceed():
+                return await self._claimed(route, call, decision.ticket)
+
+    async def _claimed(self, route: ToolRoute, call: ToolCall, ticket: Ticket) -> Answer:
         # Shielded: once claimed, a call runs to its recorded end even if the client goes
         # away, so the client's retry gets the answer instead of an unknown.
         with anyio.CancelScope(shield=True):
@@ -106,6 +171,12 @@ class CallPipeline:
         return answer
 
     async def _dispatch(self, route: ToolRoute, call: ToolCall, *, fence_id: str | None, takeover: bool) -> Dispatched:
+        dispatched = await self._send(route, call, fence_id=fence_id, takeover=takeover)
+        answer = await self._media.apply(route.name, call.principal, dispatched.answer)
+        limited = over_result_limit(route.name, answer, self._max_result_bytes)
+        return Dispatched(limited or answer, dispatched.sent)
+
+    async def _send(self, route: ToolRoute, call: ToolCall, *, fence_id: str | None, takeover: bool) -> Dispatched:
         if route.connector is not None:
             return await route.connector.dispatch(
                 call.arguments, idempotency_key=call.idempotency_key, fence_id=fence_id, takeover=takeover
@@ -119,48 +190,51 @@ class CallPipeline:
             forwarded[IDEMPOTENCY_KEY] = scoped_key(call.principal, call.idempotency_key)
         if forwarded:
             params["_meta"] = forwarded
+        request = self._upstream_tasks.for_call(upstream, route, call) if self._upstream_tasks else None
         sent = False
         attempt = 1
         while True:
-            event = await _attempt(upstream, params, call.relay)
+            event = await self._telemetry.attempt(route, attempt, _attempt(upstream, route.name, params, call.relay, request))
             sent = sent or not isinstance(event, NotSent)
             verdict = resolve_attempt(route.name, route.effect, attempt, event, max_attempts=route.max_attempts)
             if not isinstance(verdict, SendAgain):
                 return Dispatched(verdict, sent)
             logger.info("tool %s: attempt %d interrupted (%s); sending again", route.name, attempt, verdict.reason)
+            await anyio.sleep(resend_delay(upstream.config, attempt))
             attempt += 1
 
 
-async def _attempt(upstream: Upstream, params: dict[str, Any], relay: CallRelay | None) -> AttemptEvent:
+async def _attempt(
+    upstream: Upstream, tool: str, params: dict[str, Any], relay: CallRelay | None, request: Request | None = None
+) -> AttemptEvent:
     try:
-        result = await upstream.request("tools/call", params, relay=relay)
+        result = await (request or upstream.request)("tools/call", params, relay=relay)
     except UpstreamNotSent as exc:
+        _log_detail(tool, exc)
         return NotSent(exc.reason)
     except UpstreamInterrupted as exc:
+        _log_detail(tool, exc)
         return Interrupted(exc.reason)
     except UpstreamRpcError as exc:
         return RpcError(exc.code, exc.rpc_message, exc.data)
-    return Replied(answer_from_result(result))
+    try:
+        return Replied(answer_from_result(result))
+    except InvalidResult as exc:
+        logger.warning("upstream %s: tools/call %s answered an invalid result: %s", upstream.name, tool, exc)
+        return Replied(Answer.error_text(_invalid_result_text(tool, upstream.name, str(exc))))
 
 
-def answer_from_result(result: Mapping[str, Any]) -> Answer:
-    """An upstream tools/call result as an Answer, minus keys that belong to the upstream hop."""
-    meta = without_hop_keys(result.get("_meta"))
-    content = result.get("content")
-    structured = result.get("structuredContent")
-    return Answer(
-        content=[b for b in content if isinstance(b, dict)] if isinstance(content, list) else [],
-        structured_content=structured if isinstance(structured, dict) else None,
-        is_error=result.get("isError") is True,
-        meta=meta,
+def _log_detail(tool: str, exc: UpstreamError) -> None:
+    """What the client's text leaves out (addresses, OS errors), for the operator."""
+    logger.warning("tools/call %s: upstream %s: %s%s", tool, exc.upstream, exc.reason, f" ({exc.detail})" if exc.detail else "")
+
+
+def _invalid_result_text(tool: str, upstream: str, defect: str) -> str:
+    return (
+        f"The tool {tool} ran, but the upstream server {upstream!r} answered with a result that is not valid MCP "
+        f"({defect}), so the gateway cannot pass it on. If the tool writes, check the target system before "
+        "calling it again."
     )
-
-
-def without_hop_keys(meta: Any) -> dict[str, Any] | None:
-    """An upstream answer's _meta minus the reserved keys of the upstream hop (serverInfo...)."""
-    if not isinstance(meta, dict):
-        return None
-    return {k: v for k, v in meta.items() if not k.startswith(MCP_RESERVED_PREFIX)} or None
 
 
 def forwardable_meta(meta: Mapping[str, Any]) -> dict[str, Any]:

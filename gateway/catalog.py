@@ -6,6 +6,7 @@ only when one of them changed, so tools/call resolves a name with one dict looku
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Callable, Sequence
@@ -13,6 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import anyio
+import mcp_types as types
+from mcp.shared.inbound import X_MCP_HEADER_KEY
+from pydantic import ValidationError
 
 from .config import HttpUpstreamConfig, StdioUpstreamConfig
 from .conventions.answers import Dispatched
@@ -61,6 +65,10 @@ class ToolRoute:
     scope_forwarded_keys: bool = True
     max_attempts: int = 3
     connector: ConnectorToolLike | None = None
+    # The input schema marks arguments that a 2026-07-28 client mirrors in Mcp-Param-* headers.
+    declares_header_params: bool = False
+    # The upstream tool's execution.taskSupport: forbidden, optional or required (gateway/tasks/).
+    task_support: str = "forbidden"
 
     @property
     def effect(self) -> Effect:
@@ -106,7 +114,12 @@ class Catalog:
         caches: Sequence[ListingCache],
         connectors: ConnectorSource | None = None,
         on_change: Callable[[], None] | None = None,
+        *,
+        augment_tasks: bool = False,
     ) -> None:
+        # True: the gateway runs any tool as a task for a client that asks, and says so in every
+        # tool's execution.taskSupport (optional, or the upstream's required).
+        self._augment_tasks = augment_tasks
         self._caches = list(caches)
         self._connectors = connectors
         self._on_change = on_change
@@ -119,6 +132,21 @@ class Catalog:
     async def tools(self) -> list[ToolRoute]:
         await self._refresh(ListKind.TOOLS)
         return list(self._built.tools.values())
+
+    async def tools_snapshot(self) -> tuple[object, list[ToolRoute]]:
+        """The tools and a version token that changes whenever they may have changed."""
+        await self._refresh(ListKind.TOOLS)
+        built = self._built
+        return built.key, list(built.tools.values())
+
+    def peek_tool(self, name: str) -> ToolRoute | None:
+        """The route of a tool already known, without waiting for any listing."""
+        return self._built.tools.get(name)
+
+    def input_schema(self, name: str) -> dict[str, Any] | None:
+        """The published inputSchema of a known tool (the SDK checks Mcp-Param-* headers with it)."""
+        route = self._built.tools.get(name)
+        return route.definition.get("inputSchema") if route is not None else None
 
     async def tool(self, name: str) -> ToolRoute | None:
         """The route of an exposed tool; listings are awaited only for a name not yet known."""
@@ -183,7 +211,7 @@ class Catalog:
         for cache in self._caches:
             cfg = cache.upstream.config
             for tool in cache.peek(ListKind.TOOLS) or ():
-                route = _tool_route(cfg, tool)
+                route = _tool_route(cfg, tool, self._augment_tasks)
                 if route is None:
                     continue
                 if route.name in built.tools:
@@ -219,11 +247,23 @@ class Catalog:
             if connector_tool.name in built.tools:
                 logger.warning("connector tool %r collides with an upstream tool; left out", connector_tool.name)
                 continue
-            built.tools[connector_tool.name] = _connector_route(connector_tool)
+            built.tools[connector_tool.name] = _connector_route(connector_tool, self._augment_tasks)
         return built
 
 
-def _tool_route(cfg: UpstreamConfig, tool: dict[str, Any]) -> ToolRoute | None:
+def _task_support(tool: dict[str, Any]) -> str:
+    execution = tool.get("execution")
+    support = execution.get("taskSupport") if isinstance(execution, dict) else None
+    return support if support in ("optional", "required") else "forbidden"
+
+
+def _published_execution(task_support: str, augment: bool) -> dict[str, Any] | None:
+    if task_support == "required" or (augment and task_support == "forbidden"):
+        return {"taskSupport": "required" if task_support == "required" else "optional"}
+    return {"taskSupport": task_support} if task_support != "forbidden" else None
+
+
+def _tool_route(cfg: UpstreamConfig, tool: dict[str, Any], augment_tasks: bool = False) -> ToolRoute | None:
     name = tool.get("name")
     if not isinstance(name, str) or not name:
         logger.warning("upstream %s listed a tool without a name; left out", cfg.name)
@@ -249,6 +289,17 @@ def _tool_route(cfg: UpstreamConfig, tool: dict[str, Any]) -> ToolRoute | None:
     definition.setdefault("inputSchema", {"type": "object"})
     definition["annotations"] = publish_annotations(annotations, classification, trusted=cfg.trusts_tool_annotations)
     definition["_meta"] = publish_tool_meta(meta, classification)
+    task_support = _task_support(tool)
+    if (execution := _published_execution(task_support, augment_tasks)) is not None:
+        definition["execution"] = execution
+    try:
+        types.Tool.model_validate(definition)
+    except ValidationError as exc:
+        # Checked once per listing, so a tools/list answer is never refused for one bad tool.
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        logger.warning("upstream %s listed tool %r with an invalid definition (%s: %s); left out", cfg.name, name, where, first["msg"])
+        return None
     return ToolRoute(
         name=exposed,
         definition=definition,
@@ -258,10 +309,12 @@ def _tool_route(cfg: UpstreamConfig, tool: dict[str, Any]) -> ToolRoute | None:
         keyless_writes=cfg.keyless_writes,
         scope_forwarded_keys=cfg.scope_forwarded_keys,
         max_attempts=cfg.max_attempts,
+        declares_header_params=_declares_header_params(definition["inputSchema"]),
+        task_support=task_support,
     )
 
 
-def _connector_route(tool: ConnectorToolLike) -> ToolRoute:
+def _connector_route(tool: ConnectorToolLike, augment_tasks: bool = False) -> ToolRoute:
     classification = Classification(tool.effect, tool.requires_approval, declared=True)
     definition = {
         "name": tool.name,
@@ -270,7 +323,19 @@ def _connector_route(tool: ConnectorToolLike) -> ToolRoute:
         "annotations": publish_annotations(None, classification, trusted=True),
         "_meta": publish_tool_meta(None, classification),
     }
-    return ToolRoute(name=tool.name, definition=definition, classification=classification, connector=tool)
+    if augment_tasks:
+        definition["execution"] = {"taskSupport": "optional"}
+    return ToolRoute(
+        name=tool.name,
+        definition=definition,
+        classification=classification,
+        connector=tool,
+        declares_header_params=_declares_header_params(tool.input_schema),
+    )
+
+
+def _declares_header_params(schema: Any) -> bool:
+    return X_MCP_HEADER_KEY in json.dumps(schema)
 
 
 def _template_pattern(uri_template: str) -> re.Pattern[str]:

@@ -1,11 +1,12 @@
-"""`dex-gateway`: serve, tools, check, connectors validate, fences stats|show|purge."""
+"""`dex-gateway`: serve, tools, check, connectors validate, tasks list|show|cancel, fences stats|show|purge."""
 
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import logging
+import os
+import socket
 import sys
 from collections.abc import Sequence
 from functools import partial
@@ -13,13 +14,14 @@ from datetime import timedelta
 from typing import Any
 
 import anyio
-import uvicorn
 
 from .app import create_app
 from .config import GatewayConfig, load_config
 from .connectors import validate_cli
 from .conventions import check_cli
+from .durations import parse_duration
 from .errors import ConfigError
+from .tasks import admin as tasks_admin
 
 logger = logging.getLogger("gateway")
 
@@ -52,7 +54,13 @@ def _parser() -> argparse.ArgumentParser:
     _config_arg(serve)
     serve.add_argument("--host", help="bind address (default: server.host)")
     serve.add_argument("--port", type=int, help="port (default: server.port; 0 picks a free one)")
+    serve.add_argument("--workers", type=int, default=None,
+                       help="processes on the one port, to use more cores (default: $DEX_GATEWAY_WORKERS or 1)")
     serve.add_argument("-v", "--verbose", action="store_true")
+    # Set by the --workers supervisor for each worker (gateway/workers.py).
+    serve.add_argument("--worker-fd", type=int, help=argparse.SUPPRESS)
+    serve.add_argument("--worker-index", type=int, help=argparse.SUPPRESS)
+    serve.add_argument("--replica-id", help=argparse.SUPPRESS)
     serve.set_defaults(run=_serve)
 
     tools = sub.add_parser("tools", help="print the aggregated tools with effect and approval")
@@ -70,6 +78,9 @@ def _parser() -> argparse.ArgumentParser:
     validate_cli.configure_parser(validate)
     validate.set_defaults(run=validate_cli.run)
 
+    tasks = sub.add_parser("tasks", help="list, show and cancel tasks (long-running tool calls)")
+    tasks_admin.configure_parser(tasks)
+
     fences = sub.add_parser("fences", help="inspect and purge idempotency fences")
     fsub = fences.add_subparsers(dest="fences_command", required=True)
     stats = fsub.add_parser("stats", help="fence counts by state")
@@ -82,7 +93,7 @@ def _parser() -> argparse.ArgumentParser:
     show.set_defaults(run=_fences_show)
     purge = fsub.add_parser("purge", help="delete finished fences older than a duration")
     _config_arg(purge)
-    purge.add_argument("--older-than", required=True, help="e.g. 24h, 90m, 3600s, 7d")
+    purge.add_argument("--older-than", required=True, help="a Go-style duration, e.g. 24h, 90m, 1h30m, 3600s")
     purge.set_defaults(run=_fences_purge)
     return parser
 
@@ -95,6 +106,8 @@ def _config_arg(parser: argparse.ArgumentParser) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from . import serve, workers
+
     config = load_config(args.config)
     overrides: dict[str, Any] = {}
     if args.host:
@@ -105,40 +118,28 @@ def _serve(args: argparse.Namespace) -> int:
         config = GatewayConfig.model_validate(
             {**config.model_dump(mode="python"), "server": {**config.server.model_dump(), **overrides}}
         )
-    anyio.run(_serve_async, config)
+    if args.replica_id:
+        config = config.model_copy(update={"fences": config.fences.model_copy(update={"replica_id": args.replica_id})})
+    if args.worker_fd is not None:
+        sock = socket.socket(fileno=args.worker_fd)
+        anyio.run(partial(serve.serve, config, sock=sock, worker=args.worker_index or 0),
+                  backend_options={"use_uvloop": True})
+        return 0
+    count = args.workers if args.workers is not None else _env_workers()
+    if count < 1:
+        raise ConfigError(f"--workers must be at least 1, not {count}")
+    if count > 1:
+        return workers.run_workers(config, count, workers.worker_argv(args.config, args.host, args.verbose))
+    anyio.run(serve.serve, config, backend_options={"use_uvloop": True})
     return 0
 
 
-async def _serve_async(config: GatewayConfig) -> None:
-    uv_config = uvicorn.Config(
-        None,  # the app is made once the port is known (below)
-        host=config.server.host,
-        port=config.server.port,
-        log_level="warning",
-        access_log=False,
-        lifespan="on",
-        timeout_graceful_shutdown=30,
-    )
-    # Bind first: with --port 0 the replica id must name the port actually bound, so two
-    # gateways on one host never mistake each other for a restarted self.
-    sock = uv_config.bind_socket()
-    bound_port = sock.getsockname()[1]
-    if bound_port != config.server.port:
-        config = config.model_copy(update={"server": config.server.model_copy(update={"port": bound_port})})
-    uv_config.app = create_app(config)
-    server = uvicorn.Server(uv_config)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(partial(server.serve, sockets=[sock]))
-        while not server.started:
-            if server.should_exit:
-                return
-            await anyio.sleep(0.02)
-        # Objects made during start-up live for the whole run; keeping them out of the
-        # collector's generations shortens GC pauses under load.
-        gc.freeze()
-        host = config.server.host
-        shown = f"[{host}]" if ":" in host else host
-        logger.info("listening on http://%s:%d%s", shown, bound_port, config.server.path)
+def _env_workers() -> int:
+    raw = os.environ.get("DEX_GATEWAY_WORKERS", "1").strip() or "1"
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"DEX_GATEWAY_WORKERS: {raw!r} is not a number of workers") from None
 
 
 # -- tools --------------------------------------------------------------------------------
@@ -220,24 +221,21 @@ def _fences_show(args: argparse.Namespace) -> int:
 def _fences_purge(args: argparse.Namespace) -> int:
     from .fences import purge
 
-    older_than = parse_duration(args.older_than)
+    cutoff = older_than(args.older_than)
 
     async def action(store: Any) -> Any:
-        return await purge(store, older_than)
+        return await purge(store, cutoff)
 
     print(f"purged {_with_store(args.config, action)} fences older than {args.older_than}")
     return 0
 
 
-def parse_duration(text: str) -> timedelta:
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-    text = text.strip().lower()
+def older_than(text: str) -> timedelta:
+    """`--older-than`: a Go-style duration (`24h`, `90m`, `1h30m`, `3600s`)."""
     try:
-        if text[-1] in units:
-            return timedelta(seconds=float(text[:-1]) * units[text[-1]])
-        return timedelta(seconds=float(text))
-    except (ValueError, IndexError):
-        raise ConfigError(f"--older-than: cannot read {text!r}; use e.g. 24h, 90m, 3600s or 7d") from None
+        return timedelta(seconds=parse_duration(text.strip()))
+    except ValueError:
+        raise ConfigError(f"--older-than: cannot read {text!r}; use e.g. 24h, 90m, 1h30m or 3600s") from None
 
 
 if __name__ == "__main__":

@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .conventions.keys import Effect
+from .config_ops import RateConfig, RateLimitsConfig, TelemetryConfig
+from .env_overrides import apply_env_overrides
 from .errors import ConfigError
-from .yamlsource import SourcedDocument, dotted, expand_env, load_yaml, load_yaml_file
+from .yamlsource import SourceError, SourcedDocument, dotted, expand_env, load_file, load_yaml
+
+if TYPE_CHECKING:
+    from .connectors.bindings.policy import BindingPolicy
 
 DEFAULT_CONFIG_PATH = "config/gateway.yaml"
 CONFIG_ENV_VAR = "DEX_GATEWAY_CONFIG"
@@ -33,14 +38,27 @@ class ServerConfig(_Strict):
     stateful: bool = False
     # SSE keeps progress notifications flowing; JSON mode drops them (SDK behaviour).
     json_response: bool = False
-    # Stateless handshake-era tools/call requests are answered without the SDK server's
-    # per-request machinery (gateway/fastpath.py); everything else goes through the SDK.
+    # Stateless tools/call and tools/list requests of both eras are answered without the SDK
+    # server's per-request machinery (gateway/front/fastpath.py); everything else goes through
+    # the SDK. Both entries give byte-identical answers (tests/gateway/test_gateway_parity.py).
     fast_tool_calls: bool = True
     # Host/Origin values accepted besides loopback (DNS-rebinding protection).
     allowed_hosts: list[str] = Field(default_factory=list)
     allowed_origins: list[str] = Field(default_factory=list)
     max_request_bytes: int = Field(4 * 1024 * 1024, gt=0)
-    max_result_bytes: int = Field(16 * 1024 * 1024, gt=0)
+    max_result_bytes: int = Field(8 * 1024 * 1024, gt=0)
+    # Connections (gateway/front/http_protocol.py, gateway/front/streams.py): an idle keep-alive
+    # connection is closed after idle_timeout_seconds; a connection that sends no byte of an
+    # incomplete request (a new connection, headers or a body cut off) for read_timeout_seconds is
+    # closed; TCP keepalive probes find a vanished peer (half-open) in about 2 x this many seconds
+    # (0: off); a GET stream that has sent nothing for stream_idle_seconds is ended.
+    idle_timeout_seconds: float = Field(5.0, gt=0)
+    read_timeout_seconds: float = Field(10.0, gt=0)
+    tcp_keepalive_seconds: int = Field(30, ge=0)
+    stream_idle_seconds: float = Field(300.0, gt=0)
+    # SIGTERM: /readyz 503 and new requests refused at once; in-flight requests get this long to
+    # finish (or stay fenced), then the process exits (gateway/drain.py).
+    drain_seconds: float = Field(20.0, ge=0)
 
     @field_validator("path")
     @classmethod
@@ -53,8 +71,18 @@ class ServerConfig(_Strict):
 class TokenConfig(_Strict):
     principal: str = Field(min_length=1)
     token_sha256: str = Field(pattern=r"^[0-9a-fA-F]{64}$")
-    # Optional allow-list of exposed tool names (fnmatch globs) for this principal.
+    # The principal's scope (docs/security.md). None of these set: everything. Any of them
+    # set: only what they grant (deny by default), for every kind of request.
+    # Exposed tool names (fnmatch globs).
     tools: list[str] | None = None
+    # Exposed prompt names (globs).
+    prompts: list[str] | None = None
+    # Resource URIs (globs; a glob that matches a template's uriTemplate text lists the template).
+    resources: list[str] | None = None
+    # Upstream names: all of each one's tools, prompts, resources, templates, completion and log level.
+    upstreams: list[str] | None = None
+    # This principal's tools/call rate (instead of rate_limits.per_principal).
+    rate_limit: RateConfig | None = None
 
 
 class AuthConfig(_Strict):
@@ -91,6 +119,10 @@ class _UpstreamBase(_Strict):
     call_timeout_seconds: float = Field(60.0, gt=0)
     max_attempts: int = Field(3, ge=1, le=3)
     list_ttl_seconds: float = Field(300.0, gt=0)
+    # Before an interrupted call is sent again: a random wait up to this x 2^(attempt-1).
+    resend_backoff_seconds: float = Field(0.1, ge=0)
+    # tools/call rate towards this upstream, over all principals (and replicas, with Redis).
+    rate_limit: RateConfig | None = None
     # "reject": a write without an idempotency key is refused (the Dex rule); "pass": plain
     # MCP clients may call writes without a key, unfenced.
     keyless_writes: Literal["reject", "pass"] = "reject"
@@ -115,13 +147,59 @@ class HttpUpstreamConfig(_UpstreamBase):
     headers: dict[str, str] = Field(default_factory=dict)
     # auto: ask `server/discover` (2026-07-28) and fall back to the `initialize` handshake.
     protocol: Literal["auto", "handshake", "2026-07-28"] = "auto"
+    # https:// only: a PEM bundle of the CA(s) that sign this upstream's certificate (a private
+    # CA); used instead of the system store. Unset: the system store (SSL_CERT_FILE honoured).
+    tls_ca_file: str | None = None
+
+    @model_validator(mode="after")
+    def _ca_file_needs_https(self) -> "HttpUpstreamConfig":
+        if self.tls_ca_file is not None and not self.url.startswith("https://"):
+            raise ValueError("tls_ca_file is only used with an https:// url")
+        return self
 
 
 UpstreamConfig = Annotated[StdioUpstreamConfig | HttpUpstreamConfig, Field(discriminator="transport")]
 
 
+def _module_prefix(value: str) -> str:
+    from .connectors.bindings.policy import check_module_prefix  # here: parsing a config must not load the connector package
+
+    return check_module_prefix(value)
+
+
+def _env_name(value: str) -> str:
+    from .connectors.bindings.policy import check_env_name
+
+    return check_env_name(value)
+
+
+def _host_entry(value: str) -> str:
+    from .connectors.bindings.policy import parse_host_entry
+
+    parse_host_entry(value)
+    return value.strip()
+
+
 class ConnectorsConfig(_Strict):
+    """Connectors (docs/connectors.md). The three lists are the operator's grants to bindings
+    registered through the admin API (docs/security.md, "Admin API and connectors"); empty,
+    they grant nothing. The connectors directory (`dir`, the operator's own files) is held only
+    to the link-local and metadata rule, which `allowed_hosts` entries also lift."""
+
     dir: str | None = None
+    # Module prefixes whose callables admin-API Python bindings may name (`a.b`: `a.b`, `a.b.c`).
+    python_modules: list[Annotated[str, AfterValidator(_module_prefix)]] = Field(default_factory=list)
+    # Environment variables admin-API HTTP bindings may send as their credential.
+    credential_env: list[Annotated[str, AfterValidator(_env_name)]] = Field(default_factory=list)
+    # Hosts (`name`, `name:port`), addresses (`10.0.0.5`, `[::1]:9100`) and networks (`10.0.0.0/8`)
+    # admin-API HTTP bindings may reach.
+    allowed_hosts: list[Annotated[str, AfterValidator(_host_entry)]] = Field(default_factory=list)
+
+    def binding_policy(self) -> BindingPolicy:
+        """The registry's policy (`ConnectorRegistry(..., policy=config.connectors.binding_policy())`)."""
+        from .connectors.bindings.policy import BindingPolicy
+
+        return BindingPolicy.of(self.python_modules, self.credential_env, self.allowed_hosts)
 
 
 class FencesConfig(_Strict):
@@ -143,7 +221,44 @@ class FencesConfig(_Strict):
 
 
 class MediaConfig(_Strict):
+    """Images in tool results (docs/media.md). Without a store, valid images pass inline."""
+
+    # file:///ABS/DIR | file:REL/DIR | s3://BUCKET/PREFIX?endpoint_url=…&region=…&head_first=true | memory://
+    # (S3 credentials: the standard AWS environment and config, never the URL).
     store: str | None = None
+    # The SPEC's limits are the defaults and the maximum; a deployment may only lower them.
+    max_image_bytes: int = Field(3_750_000, gt=0, le=3_750_000)
+    max_images_per_result: int = Field(20, gt=0, le=20)
+    max_uri_bytes: int = Field(1024, ge=128, le=1024)
+
+    @field_validator("store")
+    @classmethod
+    def _store_url(cls, v: str | None) -> str | None:
+        if v is not None:
+            from .media.store_urls import parse_media_store_url  # parsing only; no store is touched
+
+            parse_media_store_url(v)
+        return v
+
+
+class TasksConfig(_Strict):
+    """Long-running tools as MCP tasks (docs/tasks.md); tasks live in the fences' database."""
+
+    enabled: bool = True
+    # Any tool runs as a task for a 2025-11-25 client that sends `task` (every tool then lists
+    # execution.taskSupport "optional", or the upstream's "required").
+    augment: bool = True
+    # A taskSupport=required tool called without a task: "wait" (the gateway runs the task upstream
+    # and answers the final result, progress relayed) or "refuse" (-32021 on 2026-07-28, -32601 before).
+    plain_required: Literal["wait", "refuse"] = "wait"
+    default_ttl_seconds: float = Field(86400.0, gt=0)
+    # The longest TTL a client may ask for (the upstream may grant less).
+    max_ttl_seconds: float = Field(86400.0, gt=0)
+    # The pollInterval the gateway tells its clients (an upstream task's own interval wins).
+    poll_interval_ms: int = Field(500, ge=10)
+    # How often TTLs and tasks of stopped processes are checked; how long an expired task is kept.
+    sweep_interval_seconds: float = Field(30.0, gt=0)
+    keep_expired_seconds: float = Field(3600.0, ge=0)
 
 
 class GatewayConfig(_Strict):
@@ -153,6 +268,9 @@ class GatewayConfig(_Strict):
     connectors: ConnectorsConfig = Field(default_factory=ConnectorsConfig)
     fences: FencesConfig = Field(default_factory=FencesConfig)
     media: MediaConfig = Field(default_factory=MediaConfig)
+    tasks: TasksConfig = Field(default_factory=TasksConfig)
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+    rate_limits: RateLimitsConfig = Field(default_factory=RateLimitsConfig)
 
     @field_validator("auth", mode="before")
     @classmethod
@@ -166,6 +284,15 @@ class GatewayConfig(_Strict):
             if upstream.name in seen:
                 raise _PathedError(("upstreams", i, "name"), f"duplicate upstream name {upstream.name!r}")
             seen.add(upstream.name)
+        return self
+
+    @model_validator(mode="after")
+    def _scopes_name_known_upstreams(self) -> "GatewayConfig":
+        names = {u.name for u in self.upstreams}
+        for i, token in enumerate(self.auth.tokens):
+            for j, name in enumerate(token.upstreams or ()):
+                if name not in names:
+                    raise _PathedError(("auth", "tokens", i, "upstreams", j), f"no upstream is named {name!r}")
         return self
 
     @model_validator(mode="after")
@@ -193,6 +320,8 @@ def is_loopback_host(host: str) -> bool:
 
 def parse_config(doc: SourcedDocument, environ: dict[str, str] | None = None) -> GatewayConfig:
     data = expand_env(doc, environ)
+    # DEX_GATEWAY__SECTION__KEY variables override the file (gateway/env_overrides.py).
+    data, doc = apply_env_overrides(data, doc, os.environ if environ is None else environ)
     if not isinstance(data, dict):
         raise ConfigError(f"{doc.source}:1: the configuration must be a mapping of keys")
     try:
@@ -204,11 +333,19 @@ def parse_config(doc: SourcedDocument, environ: dict[str, str] | None = None) ->
 def load_config(path: str | Path | None = None, environ: dict[str, str] | None = None) -> GatewayConfig:
     """Load from `path`, else $DEX_GATEWAY_CONFIG, else config/gateway.yaml."""
     chosen = path or os.environ.get(CONFIG_ENV_VAR) or DEFAULT_CONFIG_PATH
-    return parse_config(load_yaml_file(chosen), environ)
+    try:
+        doc = load_file(chosen)
+    except SourceError as exc:
+        raise ConfigError(str(exc)) from None
+    return parse_config(doc, environ)
 
 
 def config_from_text(text: str, source: str = "<config>", environ: dict[str, str] | None = None) -> GatewayConfig:
-    return parse_config(load_yaml(text, source), environ)
+    try:
+        doc = load_yaml(text, source)
+    except SourceError as exc:
+        raise ConfigError(str(exc)) from None
+    return parse_config(doc, environ)
 
 
 def _describe(exc: ValidationError, doc: SourcedDocument) -> str:

@@ -48,8 +48,3 @@ def parse_postgres_url(url: str) -> PostgresUrl:
     return PostgresUrl(
         dsn, schema, int(pool_min) if pool_min is not None else None, int(pool_max) if pool_max is not None else None
     )
-
-
-def check_schema_name(schema: str) -> None:
-    if not _IDENT.match(schema):
-        raise ValueError(f"invalid PostgreSQL schema name {schema!r}")

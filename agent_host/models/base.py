@@ -7,6 +7,8 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
+from gateway.media.references import ImageReference
+
 
 class ToolSpec(BaseModel):
     """A tool as offered to the model: the exact name the loop will call."""
@@ -28,6 +30,7 @@ class Message(BaseModel):
     """One entry of the conversation as the model sees it.
 
     `user`: text. `assistant`: text and/or tool calls. `tool`: the result text of one call.
+    `images` (user and tool messages): references only; the bytes travel in the request.
     """
 
     role: Literal["user", "assistant", "tool"]
@@ -35,6 +38,7 @@ class Message(BaseModel):
     tool_calls: list[ToolCall] = Field(default_factory=list)
     tool_call_id: str | None = None
     tool_name: str | None = None
+    images: list[ImageReference] = Field(default_factory=list)
 
 
 class Usage(BaseModel):
@@ -48,6 +52,14 @@ class ModelRequest(BaseModel):
     tools: list[ToolSpec]
     # 1-based number of this model call within the turn (scripts branch on it).
     model_call: int = 1
+    # The bytes of the messages' images, by SHA-256, loaded for this call (agent_host/images.py);
+    # an image missing here is shown to the model as not available.
+    image_data: dict[str, bytes] = Field(default_factory=dict, exclude=True)
+    # "summary": the host compacting the history (no tools; answer with the summary).
+    purpose: Literal["turn", "summary"] = "turn"
+    # The session's settings, passed through when set.
+    temperature: float | None = None
+    max_output_tokens: int | None = None
 
 
 class ModelResponse(BaseModel):

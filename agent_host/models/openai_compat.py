@@ -14,6 +14,7 @@ import httpx
 from pydantic import BaseModel
 
 from .base import Message, ModelError, ModelRequest, ModelResponse, TextSink, ToolCall, ToolSpec, Usage
+from .openai_images import wire_messages
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 BASE_URL_ENVS = ("DEX_AGENT_OPENAI_BASE_URL", "OPENAI_BASE_URL")
@@ -102,10 +103,16 @@ class OpenAICompatClient:
         self._http = http
 
     def _body(self, request: ModelRequest) -> dict[str, Any]:
-        messages = [{"role": "system", "content": request.instructions}] + [_wire_message(m) for m in request.messages]
+        messages = [{"role": "system", "content": request.instructions}] + wire_messages(
+            request.messages, request.image_data, _wire_message
+        )
         body: dict[str, Any] = {"model": self.config.model, "messages": messages}
         if request.tools:
             body["tools"] = [_wire_tool(t) for t in request.tools]
+        if request.temperature is not None:
+            body["temperature"] = request.temperature
+        if request.max_output_tokens is not None:
+            body["max_tokens"] = request.max_output_tokens
         if self.config.stream:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}

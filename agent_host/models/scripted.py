@@ -49,6 +49,12 @@ class ScriptedModelClient:
         return list(reversed(trailing))
 
     @staticmethod
+    def images(request: ModelRequest) -> list[tuple[Message, int, bytes | None]]:
+        """Every image the model is shown: (its message, its number there, its bytes or None
+        when they could not be loaded for this call)."""
+        return [(m, n, request.image_data.get(ref.sha256)) for m in request.messages for n, ref in enumerate(m.images, 1)]
+
+    @staticmethod
     def find_tool(request: ModelRequest, suffix: str) -> ToolSpec | None:
         """The offered tool named `suffix`, or `<prefix>__suffix` when behind the gateway."""
         for tool in request.tools:

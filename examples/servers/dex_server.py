@@ -128,6 +128,8 @@ class PaymentsServer:
                  {"steps": INTEGER, "step_seconds": NUMBER}, ("steps",), self.long_report),
             tool("sleep", READ, "Sleep for some seconds, then answer.", {"seconds": NUMBER}, ("seconds",),
                  self.sleep),
+            tool("statement", READ, "An account statement of about `size_bytes` bytes of text (a large result).",
+                 {"size_bytes": INTEGER}, ("size_bytes",), self.statement),
             tool("hold_payment", NON_IDEMPOTENT, "Record a payment, then wait for its gate to open.",
                  {"gate": GATE}, ("gate",), self._hold("hold_payment")),
             tool("hold_memo", IDEMPOTENT, "Record a memo, then wait for its gate to open.",
@@ -278,6 +280,13 @@ class PaymentsServer:
         seconds = float(args["seconds"])
         await anyio.sleep(seconds)
         return text_result(f"slept {seconds:g} s")
+
+    async def statement(self, args: dict[str, Any], key: str | None,
+                        ctx: ServerRequestContext[Any]) -> types.CallToolResult:
+        self.log.record("statement", key, args)
+        size = max(0, min(int(args["size_bytes"]), 64 * 1024 * 1024))
+        line = "2026-12-03  transfer  100.00 EUR\n"
+        return text_result((line * (size // len(line) + 1))[:size])
 
     def _hold(self, tool: str) -> Handler:
         async def hold(args: dict[str, Any], key: str | None, ctx: ServerRequestContext[Any]) -> types.CallToolResult:

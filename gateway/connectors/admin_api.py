@@ -6,7 +6,9 @@
     DELETE /admin/connectors/{id}   remove an admin-API registration
 
 Errors are JSON `{"error": "..."}`: 401 without credentials, 403 with wrong ones, 400 for an
-invalid manifest or binding (the loader's message, naming file, operation and key), 404, 409.
+invalid manifest or binding (the loader's message, naming file, operation and key), 403 for a
+binding the operator's policy does not grant (`config_key` names the gateway config key that
+would: connectors.python_modules, connectors.credential_env, connectors.allowed_hosts), 404, 409.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from .errors import BindingConfigError, ManifestError, RegistrationError, RegistrationNotFound
+from .errors import BindingConfigError, BindingNotAllowed, ManifestError, RegistrationError, RegistrationNotFound
 from .registry import ConnectorRegistry
 
 MAX_BODY_BYTES = 1024 * 1024
@@ -70,6 +72,8 @@ def admin_routes(
             registration = await registry.add(add.manifest, add.resolved_filename(), add.binding)
         except ManifestError as exc:
             return _error(400, str(exc), file=exc.file, operation=exc.operation, key=exc.key, line=exc.line)
+        except BindingNotAllowed as exc:
+            return _error(403, str(exc), config_key=exc.config_key)
         except BindingConfigError as exc:
             return _error(400, str(exc))
         except RegistrationError as exc:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from ..errors import GatewayError
 
-class ConnectorError(Exception):
-    """Anything the connector package refuses or cannot do."""
+
+class ConnectorError(GatewayError):
+    """Anything the connector package refuses or cannot do (a branch of the gateway's one tree)."""
 
 
 class ManifestError(ConnectorError):
@@ -47,3 +49,14 @@ class RegistrationError(ConnectorError):
 
 class RegistrationNotFound(ConnectorError):
     """No registration with that connector id."""
+
+
+class BindingNotAllowed(BindingConfigError):
+    """A binding the operator's policy does not grant (an admin-API Python callable outside
+    `connectors.python_modules`, a credential not in `connectors.credential_env`, a `base_url`
+    host outside `connectors.allowed_hosts`, a link-local or metadata address). `config_key`
+    names the gateway config key that would grant it."""
+
+    def __init__(self, message: str, *, config_key: str) -> None:
+        self.config_key = config_key
+        super().__init__(message)

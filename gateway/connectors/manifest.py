@@ -16,23 +16,24 @@ import json
 from collections.abc import Mapping
 from functools import cache
 from importlib import resources
-from pathlib import Path as FilePath
+from pathlib import Path
 from typing import Any, Literal
 
+import anyio
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 from pydantic import BaseModel, ConfigDict
 
 from ..conventions.keys import Effect
 from ..conventions.naming import connector_tool_name
-from .durations import parse_duration
+from ..conventions.outcomes import attempts_for
+from ..durations import parse_duration
+from ..yamlsource import DEFAULT_LIMITS, KeyPath, SourceError, SourcedDocument, SourceLimits, load_file, load_source
 from .errors import ManifestError
 from .input_schema import UncheckableSchema, check_input_schema
-from .source import Path, SourceError, line_of, parse_source
 
 API_VERSION = "connectors.dex.dev/v1alpha1"
 MANIFEST_FILENAMES = ("connector.yaml", "connector.yml", "dex-connector.json")
-MAX_ATTEMPTS = 3
 DEFAULT_TIMEOUT_SECONDS = 60.0
 NEVER_SUCCESS = frozenset({"defect", "uncertain"})
 AGENT_KEYS = ("exposed", "approval", "retry", "branches")
@@ -111,10 +112,9 @@ class Operation(_Frozen):
     def max_attempts(self) -> int:
         """Attempts per call: the manifest's retry policy, at most 3, for reads and safe
         mutations; one for every other mutation."""
-        if not self.effect.resendable:
-            return 1
+        cap = attempts_for(self.effect)
         wanted = self.execution.retry.maximum_attempts
-        return MAX_ATTEMPTS if wanted <= 0 else min(wanted, MAX_ATTEMPTS)
+        return cap if wanted <= 0 else min(wanted, cap)
 
 
 class Manifest(_Frozen):
@@ -138,24 +138,39 @@ class Manifest(_Frozen):
         raise KeyError(name)
 
 
-def load_manifest(path: str | FilePath) -> Manifest:
+def load_manifest(path: str | Path, limits: SourceLimits = DEFAULT_LIMITS) -> Manifest:
     """Read and validate the manifest at `path` (YAML, or JSON for `*.json`)."""
-    file = str(path)
     try:
-        text = FilePath(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ManifestError(f"cannot read the file: {exc}", file=file) from None
-    return parse_manifest(text, file)
+        doc = load_file(path, limits)
+    except SourceError as exc:
+        raise ManifestError(exc.problem, file=str(path), line=exc.line) from None
+    return _validated(doc)
 
 
-def parse_manifest(text: str, filename: str) -> Manifest:
+def parse_manifest(text: str, filename: str, limits: SourceLimits = DEFAULT_LIMITS) -> Manifest:
     """Validate manifest `text`; `filename` names it in errors and picks JSON or YAML."""
     try:
-        data, lines = parse_source(text, filename)
+        doc = load_source(text, filename, limits)
     except SourceError as exc:
-        raise ManifestError(str(exc), file=filename, line=exc.line) from None
-    _check_schema(data, lines, filename)
-    return _build(data, lines, filename)
+        raise ManifestError(exc.problem, file=filename, line=exc.line) from None
+    return _validated(doc)
+
+
+def _validated(doc: SourcedDocument) -> Manifest:
+    _check_schema(doc)
+    return _build(doc)
+
+
+async def parse_manifest_off_loop(text: str, filename: str, limits: SourceLimits = DEFAULT_LIMITS) -> Manifest:
+    """`parse_manifest` in a worker thread, within the limits' time budget, so the event loop
+    (health checks, calls) keeps running while a large or hostile manifest is read. The
+    loader stops itself at the budget too; the timeout here is the backstop."""
+    budget = limits.time_budget_seconds
+    try:
+        with anyio.fail_after(budget + 1):
+            return await anyio.to_thread.run_sync(parse_manifest, text, filename, limits, abandon_on_cancel=True)
+    except TimeoutError:
+        raise ManifestError(f"reading took longer than the time budget of {budget:g} s", file=filename) from None
 
 
 @cache
@@ -164,19 +179,19 @@ def manifest_schema() -> dict[str, Any]:
     return json.loads(resources.files(__package__).joinpath("manifest.schema.json").read_text("utf-8"))
 
 
-def _check_schema(data: Any, lines: dict[Path, int], file: str) -> None:
+def _check_schema(doc: SourcedDocument) -> None:
     validator = Draft202012Validator(manifest_schema())
-    errors = list(validator.iter_errors(data))
+    errors = list(validator.iter_errors(doc.data))
     if not errors:
         return
     # The error that comes first in the file, so a reviewer fixes them top to bottom.
-    first = min(errors, key=lambda e: (line_of(lines, tuple(e.absolute_path)) or 0, len(e.absolute_path)))
-    raise _schema_error(first, data, lines, file)
+    first = min(errors, key=lambda e: (doc.line(tuple(e.absolute_path)) or 0, len(e.absolute_path)))
+    raise _schema_error(first, doc)
 
 
-def _schema_error(error: ValidationError, data: Any, lines: dict[Path, int], file: str) -> ManifestError:
-    path: Path = tuple(error.absolute_path)
-    operation, key_path = _split_operation(path, data)
+def _schema_error(error: ValidationError, doc: SourcedDocument) -> ManifestError:
+    path: KeyPath = tuple(error.absolute_path)
+    operation, key_path = _split_operation(path, doc.data)
     message = error.message
     if error.validator == "additionalProperties" and isinstance(error.instance, Mapping):
         known = set(error.schema.get("properties", {}))
@@ -197,14 +212,14 @@ def _schema_error(error: ValidationError, data: Any, lines: dict[Path, int], fil
         noun = "agent value" if key_path[:1] == ("agent",) else "value"
         message = f"unknown {noun} {error.instance!r} (allowed: {', '.join(map(repr, allowed))})"
     key = ".".join(str(p) for p in key_path) or None
-    return ManifestError(message, file=file, operation=operation, key=key, line=line_of(lines, path))
+    return ManifestError(message, file=doc.source, operation=operation, key=key, line=doc.line(path))
 
 
 def _agent_order(key: str) -> int:
     return AGENT_KEYS.index(key) if key in AGENT_KEYS else len(AGENT_KEYS)
 
 
-def _split_operation(path: Path, data: Any) -> tuple[str | None, Path]:
+def _split_operation(path: KeyPath, data: Any) -> tuple[str | None, KeyPath]:
     """(operation name, path inside the operation) for a path under spec.operations[i]."""
     if len(path) >= 3 and path[:2] == ("spec", "operations") and isinstance(path[2], int):
         try:
@@ -215,23 +230,24 @@ def _split_operation(path: Path, data: Any) -> tuple[str | None, Path]:
     return None, path
 
 
-def _build(data: Mapping[str, Any], lines: dict[Path, int], file: str) -> Manifest:
+def _build(doc: SourcedDocument) -> Manifest:
+    data, file = doc.data, doc.source
     metadata = data["metadata"]
     connector_id: str = metadata["name"]
     operations: list[Operation] = []
     seen_ops: set[str] = set()
     tool_names: dict[str, str] = {}
     for index, raw in enumerate(data["spec"]["operations"]):
-        base: Path = ("spec", "operations", index)
+        base: KeyPath = ("spec", "operations", index)
 
-        def fail(message: str, key: str, sub: Path = (), *, _base: Path = base, _name: str = raw["name"]) -> ManifestError:
-            return ManifestError(message, file=file, operation=_name, key=key, line=line_of(lines, (*_base, *sub)))
+        def fail(message: str, key: str, sub: KeyPath = (), *, _base: KeyPath = base, _name: str = raw["name"]) -> ManifestError:
+            return ManifestError(message, file=file, operation=_name, key=key, line=doc.line((*_base, *sub)))
 
         name = raw["name"]
         if name in seen_ops:
             raise fail("two operations have this name", "name", ("name",))
         seen_ops.add(name)
-        op = _operation(raw, line_of(lines, base), fail)
+        op = _operation(raw, doc.line(base), fail)
         if op.exposed:
             tool = connector_tool_name(connector_id, name)
             if tool in tool_names:

@@ -17,12 +17,22 @@ from typing import Any, Literal
 
 import anyio
 import httpx
-import yaml
 from pydantic import BaseModel, ConfigDict
 
-from .bindings import HttpBindingConfig, PythonBindingConfig, binding_to_json, make_binding, parse_binding
+from ..errors import StoreError
+from ..database import Database
+from ..yamlsource import SourceError, load_file
+from .bindings import (
+    BindingPolicy,
+    HttpBindingConfig,
+    PythonBindingConfig,
+    binding_http_client,
+    binding_to_json,
+    make_binding,
+    parse_binding,
+)
 from .errors import BindingConfigError, ConnectorError, ManifestError, RegistrationError, RegistrationNotFound
-from .manifest import MANIFEST_FILENAMES, Manifest, load_manifest, parse_manifest
+from .manifest import MANIFEST_FILENAMES, Manifest, load_manifest, parse_manifest_off_loop
 from .results import MAX_RESULT_BYTES
 from .storage import RegistrationStore, StoredRegistration, now_iso, open_registration_store
 from .tool import ConnectorTool
@@ -98,22 +108,27 @@ class _Entry:
 class ConnectorRegistry:
     def __init__(
         self,
-        storage_url: str,
+        storage: str | Database,
         bindings: Mapping[str, AnyBinding | Mapping[str, Any]] | None = None,
         *,
         poll_interval: float = 1.0,
         environ: Mapping[str, str] | None = None,
         max_result_bytes: int = MAX_RESULT_BYTES,
+        policy: BindingPolicy | None = None,
     ) -> None:
-        """`bindings`: binding config by connector id for the config directory's connectors
-        (the gateway config's say); without one, a `binding.yaml` beside the manifest."""
-        self._store: RegistrationStore = open_registration_store(storage_url)
+        """`storage`: the store URL, or the gateway's `Database` (shared with the fence store).
+        `bindings`: binding config by connector id for the config directory's connectors
+        (the gateway config's say); without one, a `binding.yaml` beside the manifest.
+        `policy`: what admin-API bindings may do (the gateway config's `connectors` grants);
+        the default grants nothing, so only the config directory can bind operations."""
+        self._store: RegistrationStore = open_registration_store(storage)
         self._bindings = {
             cid: b if isinstance(b, HttpBindingConfig | PythonBindingConfig) else parse_binding(b, where=f"bindings.{cid}")
             for cid, b in (bindings or {}).items()
         }
         self._poll_interval = poll_interval
         self._environ = environ
+        self._policy = policy if policy is not None else BindingPolicy()
         self._max_result_bytes = max_result_bytes
         self._http: httpx.AsyncClient | None = None
         self._config: dict[str, _Entry] = {}
@@ -131,7 +146,7 @@ class ConnectorRegistry:
         self._reload_lock = anyio.Lock()
         self._changed = anyio.Event()
         # One pool for every HTTP-bound connector; keep-alive across calls.
-        self._http = httpx.AsyncClient(limits=httpx.Limits(max_connections=100, max_keepalive_connections=20))
+        self._http = binding_http_client(limits=httpx.Limits(max_connections=100, max_keepalive_connections=20))
         await self._store.open()
         await self._reload()
 
@@ -167,8 +182,8 @@ class ConnectorRegistry:
         for entry in self._entries():
             if entry.connector_id == connector_id:
                 detail = entry.registration(detail=True)
-                assert isinstance(detail, RegistrationDetail)
-                return detail
+                if isinstance(detail, RegistrationDetail):
+                    return detail
         raise RegistrationNotFound(f"no connector {connector_id!r} is registered")
 
     # -- config directory ----------------------------------------------------------------
@@ -185,6 +200,8 @@ class ConnectorRegistry:
                     f"{manifest_path}: connector {manifest.connector_id!r} is also defined in {entries[manifest.connector_id].filename}"
                 )
             binding = self._bindings.get(manifest.connector_id) or _sidecar_binding(sidecar_dir, stem)
+            if binding is not None:
+                await self._vet(binding, "config", str(manifest_path))
             entries[manifest.connector_id] = self._entry("config", str(manifest_path), manifest_path.read_text("utf-8"), manifest, binding)
         self._config = entries
         self._rebuild()
@@ -195,8 +212,11 @@ class ConnectorRegistry:
     async def add(self, source_text: str, filename: str, binding: AnyBinding | Mapping[str, Any] | None) -> Registration:
         """Validate and store a registration (replacing one with the same connector id that
         the admin API added); every replica sees it within a poll."""
-        manifest = parse_manifest(source_text, filename)
+        manifest = await parse_manifest_off_loop(source_text, filename)
         config = None if binding is None else binding if isinstance(binding, HttpBindingConfig | PythonBindingConfig) else parse_binding(binding, where=filename)
+        if config is not None:
+            # The operator's grants, before anything is imported, resolved or read.
+            await self._vet(config, "api", filename)
         entry = self._entry("api", filename, source_text, manifest, config)
         if entry.connector_id in self._config:
             raise RegistrationError(f"connector {entry.connector_id!r} is defined in the config directory ({self._config[entry.connector_id].filename})")
@@ -230,7 +250,8 @@ class ConnectorRegistry:
         replica's admin API or another replica's (noticed by polling the version row)."""
         seen = self._version
         while True:
-            assert self._changed is not None
+            if self._changed is None:
+                raise StoreError("the connector registry is not open")
             with anyio.move_on_after(self._poll_interval):
                 await self._changed.wait()
             if self._changed.is_set():
@@ -245,10 +266,16 @@ class ConnectorRegistry:
                 seen = self._version
                 try:
                     await on_change()
-                except Exception:
+                except Exception:  # noqa: BLE001 - a failed refresh must not stop watching for the next change
                     log.warning("connector registry: on_change failed", exc_info=True)
 
     # -- internals -----------------------------------------------------------------------
+
+    async def _vet(self, binding: AnyBinding, source: Literal["config", "api"], where: str) -> None:
+        """The policy's checks at registration: strings first, then the addresses a host name
+        resolves to (every new connection is checked again on its peer address)."""
+        self._policy.check(binding, source=source, where=where)
+        await self._policy.check_resolved(binding, where=where)
 
     def _signal(self) -> None:
         if self._changed is not None:
@@ -265,12 +292,14 @@ class ConnectorRegistry:
             raise BindingConfigError(f"{filename}: operations {names} are exposed but connector {manifest.connector_id!r} has no binding")
         tools: tuple[ConnectorTool, ...] = ()
         if exposed and binding is not None:
-            runner = make_binding(binding, client=self._http, environ=self._environ)
+            runner = make_binding(binding, client=self._http, environ=self._environ, policy=self._policy,
+                                  source=source, where=filename)
             tools = tuple(ConnectorTool.build(manifest, op, runner, max_result_bytes=self._max_result_bytes) for op in exposed)
         return _Entry(source, filename, text, manifest, binding, tools, created_at, updated_at)
 
     async def _reload(self) -> None:
-        assert self._reload_lock is not None, "open() the registry first"
+        if self._reload_lock is None:
+            raise StoreError("the connector registry is not open")
         async with self._reload_lock:
             version = await self._store.version()
             rows = await self._store.all()
@@ -283,8 +312,9 @@ class ConnectorRegistry:
                     continue
                 try:
                     binding = parse_binding(row.binding, where=row.filename) if row.binding else None
+                    manifest = await parse_manifest_off_loop(row.manifest, row.filename)
                     entries[row.connector_id] = self._entry(
-                        "api", row.filename, row.manifest, parse_manifest(row.manifest, row.filename), binding,
+                        "api", row.filename, row.manifest, manifest, binding,
                         row.created_at, row.updated_at,
                     )
                 except ConnectorError as exc:
@@ -336,9 +366,9 @@ def _sidecar_binding(directory: Path, stem: str | None) -> AnyBinding | None:
         path = directory / name
         if path.is_file():
             try:
-                data = yaml.safe_load(path.read_text("utf-8"))
-            except yaml.YAMLError as exc:
-                raise BindingConfigError(f"{path}: not valid YAML: {exc}") from None
+                data = load_file(path).data
+            except SourceError as exc:
+                raise BindingConfigError(str(exc)) from None
             return parse_binding(data, where=str(path))
     return None
 

@@ -6,25 +6,26 @@ URLs are those of `fences.store` (one database for both; the tables here are our
     sqlite:///relative.db        one file (sqlite:////abs.db for absolute paths)
     postgresql://user@host/db    replicas; query: schema=NAME, pool_min=N, pool_max=N, rest to asyncpg
 
+The gateway hands the stores its open `Database`, so PostgreSQL registrations use the fence
+store's pool; a store made from a bare URL owns its connections.
+
 A version row counts changes: every add/remove bumps it in the same transaction, so a replica
 polls one small row to notice another's change.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sqlite3
 from datetime import UTC, datetime
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
-from urllib.parse import urlsplit
 
-import anyio
 from pydantic import BaseModel, ConfigDict
 
-from ..storage_urls import check_schema_name, parse_postgres_url, parse_sqlite_url
+from ..private_files import private_file
+from ..database import Database, PoolLease, SqliteConnections, lock_schema
+from ..storage_urls import parse_sqlite_url
 
 if TYPE_CHECKING:
     import asyncpg
@@ -61,15 +62,16 @@ class RegistrationStore(Protocol):
         ...
 
 
-def open_registration_store(url: str) -> RegistrationStore:
-    scheme = urlsplit(url).scheme.lower()
-    if scheme == "memory":
+def open_registration_store(where: str | Database) -> RegistrationStore:
+    """A store (not yet opened): from a URL (owning its connections) or the gateway's `Database`."""
+    database = where if isinstance(where, Database) else Database(where)
+    if database.scheme == "memory":
         return MemoryRegistrationStore()
-    if scheme == "sqlite":
-        return SqliteRegistrationStore.from_url(url)
-    if scheme in ("postgresql", "postgres"):
-        return PostgresRegistrationStore.from_url(url)
-    raise ValueError(f"unsupported store URL scheme {scheme!r}: use memory://, sqlite:///PATH or postgresql://…")
+    if database.scheme == "sqlite":
+        return SqliteRegistrationStore.from_url(database.url)
+    if database.scheme == "postgresql":
+        return PostgresRegistrationStore(database, owns_database=not isinstance(where, Database))
+    raise ValueError(f"unsupported store URL scheme {database.scheme!r}: use memory://, sqlite:///PATH or postgresql://…")
 
 
 class MemoryRegistrationStore:
@@ -112,30 +114,18 @@ class SqliteRegistrationStore:
     def __init__(self, path: str, *, busy_timeout_ms: int = 10_000) -> None:
         self.path = Path(path)
         self.busy_timeout_ms = busy_timeout_ms
-        self._limiter = anyio.CapacityLimiter(4)
+        self._connections = SqliteConnections(self.path, busy_timeout_ms=busy_timeout_ms)
 
     @classmethod
     def from_url(cls, url: str) -> "SqliteRegistrationStore":
         parsed = parse_sqlite_url(url)
         return cls(parsed.path, busy_timeout_ms=int(parsed.options.get("busy_timeout_ms", 10_000)))
 
-    def _connect(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, timeout=self.busy_timeout_ms / 1000, isolation_level=None)
-        conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
-        return conn
-
     async def _run(self, fn: Any, *args: Any) -> Any:
-        return await anyio.to_thread.run_sync(partial(self._with_conn, fn, *args), limiter=self._limiter)
-
-    def _with_conn(self, fn: Any, *args: Any) -> Any:
-        conn = self._connect()
-        try:
-            return fn(conn, *args)
-        finally:
-            conn.close()
+        return await self._connections.run(fn, *args)
 
     async def open(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_file(self.path)
         await self._run(self._migrate)
 
     @staticmethod
@@ -201,54 +191,34 @@ class SqliteRegistrationStore:
 
 
 class PostgresRegistrationStore:
-    def __init__(self, dsn: str, *, schema: str = "public", pool_min: int = 1, pool_max: int = 4) -> None:
-        check_schema_name(schema)
-        self.dsn = dsn
-        self.schema = schema
-        self.pool_min = pool_min
-        self.pool_max = pool_max
-        self._pool: asyncpg.Pool | None = None
-        self._regs = f'"{schema}".{REGISTRATIONS_TABLE}'
-        self._version = f'"{schema}".{VERSION_TABLE}'
+    def __init__(self, database: Database, *, owns_database: bool = False) -> None:
+        """On `database`'s pool; `owns_database`: open and close it with the store."""
+        self.schema = database.postgres.schema  # checked when the URL was parsed
+        self._lease = PoolLease(database, owner=owns_database, name="registration store")
+        self._regs = f'"{self.schema}".{REGISTRATIONS_TABLE}'
+        self._version = f'"{self.schema}".{VERSION_TABLE}'
 
     @classmethod
     def from_url(cls, url: str) -> "PostgresRegistrationStore":
-        parsed = parse_postgres_url(url)
-        pool_max = min(parsed.pool_max or 4, 4)  # a poll and an admin call at a time
-        return cls(parsed.dsn, schema=parsed.schema, pool_min=min(parsed.pool_min or 1, pool_max), pool_max=pool_max)
+        return cls(Database(url), owns_database=True)
 
     def _pool_or_fail(self) -> "asyncpg.Pool":
-        if self._pool is None:
-            raise RuntimeError("registration store is not open")
-        return self._pool
+        return self._lease.pool
 
     async def open(self) -> None:
-        import asyncpg  # only the PostgreSQL path loads the driver
-
-        if self._pool is not None:
+        if self._lease.held:
             return
-        pool = await asyncpg.create_pool(self.dsn, min_size=self.pool_min, max_size=self.pool_max)
-        try:
-            async with pool.acquire() as conn, conn.transaction():
-                # Replicas starting together would race on CREATE TABLE IF NOT EXISTS.
-                lock = int.from_bytes(hashlib.sha256(f"dex connectors {self.schema}".encode()).digest()[:8], "big", signed=True)
-                await conn.execute("SELECT pg_advisory_xact_lock($1)", lock)
-                await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
-                await conn.execute(
-                    f"CREATE TABLE IF NOT EXISTS {self._regs} (connector_id text PRIMARY KEY, filename text NOT NULL,"
-                    " manifest text NOT NULL, binding text, created_at text NOT NULL, updated_at text NOT NULL)"
-                )
-                await conn.execute(f"CREATE TABLE IF NOT EXISTS {self._version} (id integer PRIMARY KEY CHECK (id = 1), version bigint NOT NULL)")
-                await conn.execute(f"INSERT INTO {self._version} (id, version) VALUES (1, 0) ON CONFLICT DO NOTHING")
-        except BaseException:
-            await pool.close()
-            raise
-        self._pool = pool
+        async with self._lease.opening() as pool, pool.acquire() as conn, conn.transaction():
+            await lock_schema(conn, self.schema, "dex connectors")
+            await conn.execute(
+                f"CREATE TABLE IF NOT EXISTS {self._regs} (connector_id text PRIMARY KEY, filename text NOT NULL,"
+                " manifest text NOT NULL, binding text, created_at text NOT NULL, updated_at text NOT NULL)"
+            )
+            await conn.execute(f"CREATE TABLE IF NOT EXISTS {self._version} (id integer PRIMARY KEY CHECK (id = 1), version bigint NOT NULL)")
+            await conn.execute(f"INSERT INTO {self._version} (id, version) VALUES (1, 0) ON CONFLICT DO NOTHING")
 
     async def close(self) -> None:
-        if self._pool is not None:
-            pool, self._pool = self._pool, None
-            await pool.close()
+        await self._lease.release()
 
     async def version(self) -> int:
         return int(await self._pool_or_fail().fetchval(f"SELECT version FROM {self._version} WHERE id = 1"))

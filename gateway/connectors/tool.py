@@ -12,6 +12,7 @@ import anyio
 from ..conventions.answers import Answer, Dispatched
 from ..conventions.keys import GATEWAY_PREFIX, Effect
 from ..conventions.outcomes import Interrupted, NotSent, rejected, unknown
+from ..telemetry.tracing import attempt_result, client_span
 from .bindings import Binding, ConnectorRequest, ConnectorResponse
 from .branches import Decision, Row, Verdict, decide
 from .call_id import derive_call_id
@@ -130,7 +131,13 @@ class ConnectorTool:
                 connector=self.connector_id, operation=self.operation, input=arguments,
                 call_id=call_id, idempotency_key=idempotency_key, attempt=attempt,
             )
-            result = await self.binding.attempt(request, self.spec.execution.timeout)
+            with client_span(f"connector {self.connector_id} {self.operation}", {
+                "dex.connector": self.connector_id, "dex.operation": self.operation, "dex.attempt": attempt,
+                "gen_ai.tool.name": self.name,
+            }) as span:
+                result = await self.binding.attempt(request, self.spec.execution.timeout)
+                if span is not None:
+                    span.set_attribute("dex.attempt.result", attempt_result(result))
             if isinstance(result, ConnectorResponse):
                 return Dispatched(self._answer(result, maybe_sent, call_id, attempt), sent=True)
             if isinstance(result, Interrupted):

@@ -1,10 +1,18 @@
 """The Dex MCP conventions as pure rules: keys, answers, effects, outcomes and names.
 
-Imports nothing of the rest of the gateway and no MCP types, so every layer can use it.
+Imports nothing of the rest of the gateway, and of MCP only the protocol's constants
+(`mcp_types` error codes), so every layer (the agent host too) can use it.
 """
 
 from .answers import Answer
-from .effects import Classification, ToolPolicy, classify_tool, publish_annotations, publish_tool_meta
+from .effects import (
+    Classification,
+    ToolPolicy,
+    classify_tool,
+    listed_tool_classification,
+    publish_annotations,
+    publish_tool_meta,
+)
 from .keys import (
     APPROVAL_KEY,
     APPROVAL_RECOMMENDED,
@@ -21,7 +29,6 @@ from .keys import (
 )
 from .naming import MAX_NAME_LENGTH, connector_tool_name, exposed_tool_name, sanitize, snake_case
 from .outcomes import (
-    INTERNAL_ERROR,
     MAX_ATTEMPTS,
     AttemptEvent,
     Interrupted,
@@ -29,6 +36,8 @@ from .outcomes import (
     Replied,
     RpcError,
     SendAgain,
+    attempts_for,
+    outcome_of,
     rejected,
     resolve_attempt,
     unknown,
@@ -54,10 +63,10 @@ __all__ = [
     "Classification",
     "ToolPolicy",
     "classify_tool",
+    "listed_tool_classification",
     "publish_annotations",
     "publish_tool_meta",
     # outcomes
-    "INTERNAL_ERROR",
     "MAX_ATTEMPTS",
     "AttemptEvent",
     "Interrupted",
@@ -65,6 +74,8 @@ __all__ = [
     "Replied",
     "RpcError",
     "SendAgain",
+    "attempts_for",
+    "outcome_of",
     "rejected",
     "resolve_attempt",
     "unknown",

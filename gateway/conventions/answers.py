@@ -23,11 +23,7 @@ class Answer:
 
     @property
     def outcome(self) -> Outcome | None:
-        value = (self.meta or {}).get(OUTCOME_KEY)
-        try:
-            return Outcome(value) if value is not None else None
-        except ValueError:
-            return None
+        return Outcome.of((self.meta or {}).get(OUTCOME_KEY))
 
     @property
     def text(self) -> str:

@@ -17,10 +17,10 @@ from enum import StrEnum
 from fnmatch import fnmatchcase
 from typing import Any, Protocol
 
-from .effects import Classification, classify_tool
+from .effects import Classification, listed_tool_classification
 from .keys import APPROVAL_KEY, APPROVAL_RECOMMENDED, DECLARABLE_EFFECTS, EFFECT_KEY, IDEMPOTENCY_KEY, OUTCOME_KEY
 from .keys import Effect, Outcome
-from .outcomes import MAX_ATTEMPTS
+from .outcomes import attempts_for
 
 EXAMPLE_STRING = "dex-check"
 
@@ -138,7 +138,7 @@ class ToolReport:
     @property
     def attempts(self) -> str:
         if self.classification.effect.resendable:
-            return f"retried, up to {MAX_ATTEMPTS} attempts with the same key"
+            return f"retried, up to {attempts_for(self.classification.effect)} attempts with the same key"
         return "single attempt"
 
     @property
@@ -163,7 +163,7 @@ class ToolReport:
             "declared": {"effect": meta.get(EFFECT_KEY), "approval": meta.get(APPROVAL_KEY)},
             "annotations": dict(self.tool.annotations or {}),
             "client": {"effect": c.effect.value, "declared": c.declared, "source": self.source, "requires_approval": c.requires_approval,
-                       "attempts": MAX_ATTEMPTS if c.effect.resendable else 1, "warnings": list(c.warnings)},
+                       "attempts": attempts_for(c.effect), "warnings": list(c.warnings)},
             "rules": [r.to_json() for r in self.rules],
         }
 
@@ -298,8 +298,8 @@ def declaration_rules(tool: ListedTool) -> list[RuleResult]:
 
 
 def is_declared_write(tool: ListedTool) -> bool:
-    effect = (tool.meta or {}).get(EFFECT_KEY)
-    return isinstance(effect, str) and effect in DECLARABLE_EFFECTS and Effect(effect).is_write
+    c = listed_tool_classification(tool.meta)
+    return c.declared and c.effect.is_write
 
 
 def _refused(answer: CallAnswer) -> tuple[bool, str]:
@@ -409,5 +409,5 @@ async def run_checks(
             else:
                 rules.append(RuleResult(tool.name, Rule.WRITES, Status.SKIP,
                                         "declared write not called; pass --allow-writes to exercise it"))
-        report.tools.append(ToolReport(tool, classify_tool(tool.meta, tool.annotations), rules))
+        report.tools.append(ToolReport(tool, listed_tool_classification(tool.meta, tool.annotations), rules))
     return report

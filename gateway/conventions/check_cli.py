@@ -23,6 +23,7 @@ from mcp.shared.exceptions import MCPError
 
 from .check import CallAnswer, CheckReport, ListedTool, Status, run_checks
 from .keys import IDEMPOTENCY_KEY
+from .outcomes import rpc_error_text
 
 DEFAULT_TIMEOUT_S = 30.0
 # Codes after which the connection is gone: the next call reconnects.
@@ -64,7 +65,7 @@ def describe_error(error: BaseException) -> str:
     if isinstance(error, BaseExceptionGroup):
         return "; ".join(describe_error(e) for e in error.exceptions)
     if isinstance(error, MCPError):
-        return f"MCP error {error.code}: {error.message}"
+        return rpc_error_text(error.code, error.message)
     return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
 
 

@@ -66,6 +66,15 @@ def classify_tool(
     return _declared(declared, APPROVAL_KEY in meta, policy)
 
 
+def listed_tool_classification(
+    meta: Mapping[str, Any] | None, annotations: Mapping[str, Any] | None = None
+) -> Classification:
+    """Effect and approval of a tool in a server's tools/list, as a Dex client reads them (the
+    agent host from the gateway's listing, `check` from any server's): the keys, else the
+    annotations, else unclassified; no operator policy."""
+    return classify_tool(meta, annotations)
+
+
 def _first(*effects: Effect | None) -> Effect:
     return next(e for e in effects if e is not None)
 

@@ -71,3 +71,11 @@ DECLARABLE_EFFECTS = frozenset(e.value for e in Effect if e is not Effect.UNCLAS
 class Outcome(StrEnum):
     UNKNOWN = "unknown"
     REJECTED = "rejected"
+
+    @classmethod
+    def of(cls, value: object) -> "Outcome | None":
+        """The outcome a key value names; None for anything else (reserved values included)."""
+        return cls(value) if isinstance(value, str) and value in _OUTCOME_VALUES else None
+
+
+_OUTCOME_VALUES = frozenset(o.value for o in Outcome)

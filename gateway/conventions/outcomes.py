@@ -12,12 +12,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
+from mcp_types import INTERNAL_ERROR
+
 from .answers import Answer
 from .keys import OUTCOME_KEY, Effect, Outcome
 
 log = logging.getLogger(__name__)
 
-INTERNAL_ERROR = -32603
+# Attempts of one call that may be sent again (read, idempotent_write), the same key on each.
 MAX_ATTEMPTS = 3
 MAY_HAVE_TAKEN_EFFECT = "The call may have taken effect; check before calling it again."
 
@@ -61,6 +63,12 @@ class SendAgain:
     """Send the same request again, with the same idempotency key."""
 
     reason: str
+
+
+def attempts_for(effect: Effect) -> int:
+    """How many times a call of this effect may be sent: MAX_ATTEMPTS when an interrupted
+    attempt may be sent again with the same key, else one."""
+    return MAX_ATTEMPTS if effect.resendable else 1
 
 
 def rejected(text: str) -> Answer:
@@ -108,8 +116,8 @@ def outcome_of(tool: str, meta: Mapping[str, Any] | None) -> Outcome | None:
     if not isinstance(meta, Mapping) or OUTCOME_KEY not in meta:
         return None
     value = meta[OUTCOME_KEY]
-    if isinstance(value, str) and value in {o.value for o in Outcome}:
-        return Outcome(value)
+    if (outcome := Outcome.of(value)) is not None:
+        return outcome
     log.warning("tool %s: ignored reserved %s value %.80r", tool, OUTCOME_KEY, value)
     return None
 

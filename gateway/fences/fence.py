@@ -150,6 +150,30 @@ class Fences:
             delay = min(delay * 2, self.max_poll_interval)
             record = await self.store.get(fid)
 
+    async def settle(
+        self, *, principal: str, key: str, tool: str, arguments: Mapping[str, Any] | None, effect: Effect,
+        answer: dict[str, Any],
+    ) -> tuple[bool, FenceRecord]:
+        """Claim a new key as done at once, with `answer` (a task handle: the work runs as a task that
+        keeps its own record, gateway/tasks/). One insert: (True, the record) when the key was new;
+        (False, the existing fence) otherwise, changed in nothing."""
+        now = self._clock()
+        record = FenceRecord(
+            fence_id=fence_id(principal, key),
+            principal=principal,
+            fingerprint=fingerprint(tool, arguments),
+            tool=tool,
+            effect=effect,
+            state=FenceState.DONE,
+            owner=None,
+            lease_until=None,
+            answer=answer,
+            created_at=now,
+            updated_at=now,
+            attempts=1,
+        )
+        return await self.store.insert_if_absent(record)
+
     async def _dead_owner(
         self, record: FenceRecord, *, principal: str, tool: str, effect: Effect
     ) -> BeginResult | None:
@@ -243,7 +267,7 @@ class Fences:
                 lease_until=now + self.lease_seconds,
                 now=now,
             )
-        except Exception:
+        except self.store.transient_errors:
             # Keep trying: the lease has two more renewals of slack before it expires.
             log.warning("fence %s: lease renewal failed", ticket.fence_id, exc_info=True)
             return True
@@ -307,7 +331,7 @@ class Fences:
                         return True
                     log.error("fence %s: final write refused, the fence was lost", ticket.fence_id)
                     return False
-                except Exception:
+                except self.store.transient_errors:
                     failed_once = True
                     if n == _FINAL_WRITE_TRIES - 1:
                         raise
@@ -327,6 +351,6 @@ class Fences:
                 swept = await self.sweep_once(retention)
                 if swept:
                     log.info("fence sweep: %d fences past retention deleted", swept)
-            except Exception:
+            except Exception:  # noqa: BLE001 - retention is housekeeping: log any failure, try again later
                 log.warning("fence sweep failed; will retry", exc_info=True)
             await anyio.sleep(interval)

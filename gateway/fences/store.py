@@ -10,13 +10,18 @@ from __future__ import annotations
 
 from types import TracebackType
 from typing import Any, Protocol, Self, runtime_checkable
-from urllib.parse import urlsplit
 
+from ..database import Database
 from .records import FenceRecord, FenceState, FenceStats, Owner
 
 
 @runtime_checkable
 class FenceStore(Protocol):
+    # Errors that say "the database could not do it now" (connection lost, busy, I/O): the
+    # fence machine retries its final writes and lease renewals on these, and on nothing else
+    # (a programming error must fail loudly, not be retried).
+    transient_errors: tuple[type[BaseException], ...]
+
     async def open(self) -> None:
         """Connect and create or check the schema (idempotent, safe from two processes)."""
 
@@ -69,8 +74,9 @@ class FenceStore(Protocol):
         """Most recently updated first."""
 
 
-def open_fence_store(url: str) -> FenceStore:
-    """A store (not yet opened) for `fences.store`.
+def open_fence_store(where: str | Database) -> FenceStore:
+    """A store (not yet opened) for `fences.store`: a URL (the store owns its connections)
+    or the gateway's open `Database` (PostgreSQL: the store borrows its pool).
 
     memory://                       in-process, unit tests only
     sqlite:///relative/path.db      one file (sqlite:////abs/path.db for absolute paths);
@@ -79,18 +85,18 @@ def open_fence_store(url: str) -> FenceStore:
                                     schema=NAME, pool_min=N, pool_max=N; the rest is
                                     passed to asyncpg
     """
-    scheme = urlsplit(url).scheme.lower()
+    database = where if isinstance(where, Database) else Database(where)
     # Imports are local so the memory/SQLite paths never load the PostgreSQL driver.
-    if scheme == "memory":
+    if database.scheme == "memory":
         from .stores.memory import MemoryFenceStore
 
         return MemoryFenceStore()
-    if scheme == "sqlite":
+    if database.scheme == "sqlite":
         from .stores.sqlite import SqliteFenceStore
 
-        return SqliteFenceStore.from_url(url)
-    if scheme in ("postgresql", "postgres"):
+        return SqliteFenceStore.from_url(database.url)
+    if database.scheme == "postgresql":
         from .stores.postgres import PostgresFenceStore
 
-        return PostgresFenceStore.from_url(url)
-    raise ValueError(f"unsupported fences.store URL scheme {scheme!r}: use memory://, sqlite:///PATH or postgresql://…")
+        return PostgresFenceStore(database, owns_database=not isinstance(where, Database))
+    raise ValueError(f"unsupported fences.store URL scheme {database.scheme!r}: use memory://, sqlite:///PATH or postgresql://…")

@@ -93,6 +93,14 @@ class ListingCache:
     def peek(self, kind: ListKind) -> list[dict[str, Any]] | None:
         return self._entries[kind].items
 
+    def health(self) -> tuple[bool, float | None]:
+        """(listed and the last tools listing succeeded, seconds since the tools were listed)."""
+        entry = self._entries[ListKind.TOOLS]
+        if entry.items is None:
+            return False, None
+        failing = entry.failed_at is not None and entry.failed_at >= entry.fetched_at
+        return not failing, max(0.0, self.clock() - entry.fetched_at)
+
     def _start_fetch(self, kind: ListKind, entry: _Entry) -> anyio.Event:
         entry.inflight = anyio.Event()
         entry.inflight_since = self.clock()
@@ -108,7 +116,7 @@ class ListingCache:
         except (UpstreamError, TimeoutError) as exc:
             entry.failed_at = self.clock()
             what = "listing failed" if entry.items is None else "refresh failed, serving the cached list"
-            reason = exc.reason if isinstance(exc, UpstreamError) else "no complete answer in time"
+            reason = str(exc) if isinstance(exc, UpstreamError) else "no complete answer in time"
             logger.warning("upstream %s: %s %s: %s", self.upstream.name, kind.method, what, reason)
         except Exception:  # noqa: BLE001 - one bad upstream answer must never stop the gateway
             entry.failed_at = self.clock()
@@ -123,6 +131,6 @@ class ListingCache:
                 if self.on_update is not None:
                     self.on_update()
         finally:
-            assert entry.inflight is not None
-            entry.inflight.set()
-            entry.inflight = None
+            if entry.inflight is not None:
+                entry.inflight.set()
+                entry.inflight = None

@@ -7,10 +7,12 @@ a refused connection must not tear down a pooled session (see docs/architecture.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+from mcp_types import METHOD_NOT_FOUND
+
 from ..errors import UpstreamInterrupted, UpstreamRpcError
+from ..relay import CallRelay, RelayRefused
 
 HANDSHAKE_VERSION = "2025-11-25"
 MODERN_VERSION = "2026-07-28"
@@ -19,37 +21,6 @@ CLIENT_INFO = {"name": "dex-mcp-gateway", "version": "0.1.0"}
 # What the gateway tells an upstream it can do: server-to-client requests made during a call
 # are relayed to the calling client (or refused at once when it cannot answer them).
 CLIENT_CAPABILITIES: dict[str, Any] = {"sampling": {}, "elicitation": {}, "roots": {"listChanged": False}}
-
-METHOD_NOT_FOUND = -32601
-
-
-class RelayRefused(Exception):
-    """The calling client cannot answer a server-to-client request; sent upstream as an error."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-    @classmethod
-    def no_session(cls, method: str) -> "RelayRefused":
-        """A client served statelessly has no channel for requests from the server."""
-        return cls(
-            METHOD_NOT_FOUND,
-            f"{method} needs a live session with the client; the gateway serves this client statelessly",
-        )
-
-
-class CallRelay(Protocol):
-    """Where messages an upstream sends *during* one request go: back to the calling client."""
-
-    async def progress(self, progress: float, total: float | None, message: str | None) -> None: ...
-
-    async def log(self, params: dict[str, Any]) -> None: ...
-
-    async def request(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
-        """Ask the calling client (elicitation, sampling, roots); raises RelayRefused."""
-        ...
 
 
 class Connection(Protocol):

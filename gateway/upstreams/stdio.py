@@ -1,8 +1,20 @@
 """A stdio upstream: one child process, newline-delimited JSON-RPC, many concurrent calls.
 
-Responses are matched to callers by id; progress notifications are routed by token. When the
-process exits every waiting call is *interrupted* (it was sent) and the next call starts a new
-process and handshakes again.
+`StdioConnection` speaks over a pair of byte streams (the child's stdin and stdout) and holds
+a small `ProcessHandle` to reap or stop the child; `StdioConnection.start(...)` spawns the
+real process and handshakes. Tests hand it in-memory streams and a fake handle instead.
+
+Responses are matched to callers by id; progress notifications are routed by token (or to the
+only call in flight); requests from the upstream (ping, elicitation, sampling, roots) are
+answered in the background; list_changed notifications call `on_list_changed`.
+
+Errors raised by `request` (gateway/errors.py):
+
+* `UpstreamNotSent` -- the process is not running, or its stdin is closed (a closed pipe cannot
+  have delivered a partial line); `start`/`initialize` raise it when the handshake fails.
+* `UpstreamInterrupted` -- the request was written and the process exited (or its stdout
+  ended, or sent a line over the size limit) before answering, or the call timed out.
+* `UpstreamRpcError` -- the upstream answered with a JSON-RPC error.
 """
 
 from __future__ import annotations
@@ -13,30 +25,46 @@ import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
-from anyio.abc import Process, TaskGroup
-from anyio.streams.text import TextReceiveStream
+from anyio.abc import ByteReceiveStream, ByteSendStream, TaskGroup
 from mcp.client.stdio import get_default_environment
 
 from ..errors import UpstreamInterrupted, UpstreamNotSent, UpstreamRpcError
+from ..relay import CallRelay
 from .rpc import (
     CLIENT_CAPABILITIES,
     CLIENT_INFO,
     HANDSHAKE_VERSION,
-    CallRelay,
     answer_server_request,
     deliver_notification,
     result_or_raise,
 )
 
+__all__ = ["MAX_LINE_BYTES", "ProcessHandle", "StdioConnection"]
+
 logger = logging.getLogger(__name__)
 
-_MAX_LINE = 64 * 1024 * 1024
+MAX_LINE_BYTES = 64 * 1024 * 1024
 _LIST_CHANGED = frozenset(
     {"notifications/tools/list_changed", "notifications/prompts/list_changed", "notifications/resources/list_changed"}
 )
+_PIPE_ERRORS = (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError)
+_CANCEL_SECONDS = 2.0
+
+
+class ProcessHandle(Protocol):
+    """What the connection needs of its child process (anyio's `Process` is one)."""
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    async def wait(self) -> int: ...
+
+    def terminate(self) -> None: ...
+
+    def kill(self) -> None: ...
 
 
 @dataclass
@@ -47,20 +75,32 @@ class _Pending:
 
 
 class StdioConnection:
-    """A started, initialized child process. Create with `await StdioConnection.start(...)`."""
+    """A running upstream over stdio. Create with `await StdioConnection.start(...)`, or from
+    streams and a handle (then call `initialize`)."""
 
     def __init__(
-        self, name: str, process: Process, task_group: TaskGroup, on_list_changed: Callable[[], None] | None = None
+        self,
+        name: str,
+        *,
+        send_stream: ByteSendStream,
+        receive_stream: ByteReceiveStream,
+        process: ProcessHandle,
+        task_group: TaskGroup,
+        on_list_changed: Callable[[], None] | None = None,
+        max_line_bytes: int = MAX_LINE_BYTES,
     ) -> None:
         self._name = name
-        self._on_list_changed = on_list_changed
+        self._send_stream = send_stream
+        self._receive_stream = receive_stream
         self._process = process
+        self._task_group = task_group
+        self._on_list_changed = on_list_changed
+        self._max_line = max_line_bytes
         self._ids = itertools.count(1)
         self._pending: dict[int, _Pending] = {}
         self._write_lock = anyio.Lock()
         self._alive = True
         self._cancel = anyio.CancelScope()
-        self._task_group = task_group
         self._exited = anyio.Event()
         self.protocol_version: str | None = None
         task_group.start_soon(self._run)
@@ -82,26 +122,36 @@ class StdioConnection:
         # gateway's own secrets are not handed to every child process.
         child_env = {**get_default_environment(), **env}
         try:
-            process = await anyio.open_process(
-                [command, *args], env=child_env, cwd=cwd or os.getcwd(), stderr=None
-            )
+            process = await anyio.open_process([command, *args], env=child_env, cwd=cwd or os.getcwd(), stderr=None)
         except OSError as exc:
-            raise UpstreamNotSent(name, f"cannot start {command!r}: {exc.strerror or exc}") from None
-        conn = cls(name, process, task_group, on_list_changed)
-        try:
-            with anyio.fail_after(connect_timeout):
-                result = await conn._call(
-                    "initialize",
-                    {"protocolVersion": HANDSHAKE_VERSION, "capabilities": CLIENT_CAPABILITIES, "clientInfo": CLIENT_INFO},
-                    None,
-                )
-            conn.protocol_version = str(result.get("protocolVersion") or HANDSHAKE_VERSION)
-            await conn._write({"jsonrpc": "2.0", "method": "notifications/initialized"})
-        except (TimeoutError, UpstreamInterrupted, UpstreamRpcError) as exc:
-            await conn.aclose()
-            reason = "no answer to initialize" if isinstance(exc, TimeoutError) else exc.reason
-            raise UpstreamNotSent(name, f"handshake failed: {reason}") from None
+            raise UpstreamNotSent(name, "the upstream process cannot be started",
+                                  detail=f"{command!r}: {exc.strerror or exc}") from None
+        if process.stdin is None or process.stdout is None:  # pragma: no cover - open_process pipes both
+            process.kill()
+            raise UpstreamNotSent(name, "the upstream process cannot be started", detail=f"{command!r}: no pipes")
+        conn = cls(
+            name,
+            send_stream=process.stdin,
+            receive_stream=process.stdout,
+            process=process,
+            task_group=task_group,
+            on_list_changed=on_list_changed,
+        )
+        await conn.initialize(connect_timeout)
         return conn
+
+    async def initialize(self, timeout: float) -> None:
+        """The `initialize` handshake; on failure the connection is closed and UpstreamNotSent raised."""
+        params = {"protocolVersion": HANDSHAKE_VERSION, "capabilities": CLIENT_CAPABILITIES, "clientInfo": CLIENT_INFO}
+        try:
+            with anyio.fail_after(timeout):
+                result = await self._call("initialize", params, None)
+                self.protocol_version = str(result.get("protocolVersion") or HANDSHAKE_VERSION)
+                await self._write({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        except (TimeoutError, UpstreamInterrupted, UpstreamRpcError, UpstreamNotSent) as exc:
+            await self.aclose()
+            reason = "no answer to initialize" if isinstance(exc, TimeoutError) else exc.reason
+            raise UpstreamNotSent(self._name, f"handshake failed: {reason}") from None
 
     @property
     def alive(self) -> bool:
@@ -121,9 +171,7 @@ class StdioConnection:
         except TimeoutError:
             raise UpstreamInterrupted(self._name, f"no answer within {timeout:g} s") from None
 
-    async def _call(
-        self, method: str, params: dict[str, Any] | None, relay: CallRelay | None
-    ) -> dict[str, Any]:
+    async def _call(self, method: str, params: dict[str, Any] | None, relay: CallRelay | None) -> dict[str, Any]:
         if not self._alive:
             raise UpstreamNotSent(self._name, "the upstream process is not running")
         request_id = next(self._ids)
@@ -138,50 +186,80 @@ class StdioConnection:
         try:
             await self._write(message)
             await pending.done.wait()
+        except anyio.get_cancelled_exc_class():
+            # The caller gave up (its client went away, or the call timed out): tell the upstream.
+            if method != "initialize" and self._alive and pending.message is None:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(_CANCEL_SECONDS):
+                    await self._cancelled(request_id)
+            raise
         finally:
             self._pending.pop(request_id, None)
         if pending.message is None:
             raise UpstreamInterrupted(self._name, "the upstream process exited before answering")
         return result_or_raise(self._name, pending.message)
 
+    async def _cancelled(self, request_id: int) -> None:
+        notice = {"jsonrpc": "2.0", "method": "notifications/cancelled",
+                  "params": {"requestId": request_id, "reason": "the caller went away"}}
+        try:
+            await self._write(notice)
+        except UpstreamNotSent:
+            pass  # the process is gone: nothing left to cancel
+
     async def _write(self, message: dict[str, Any]) -> None:
         line = json.dumps(message, separators=(",", ":"), ensure_ascii=False) + "\n"
-        assert self._process.stdin is not None
         try:
             async with self._write_lock:
-                await self._process.stdin.send(line.encode())
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                await self._send_stream.send(line.encode())
+        except _PIPE_ERRORS:
             # A closed pipe means the process is gone; it cannot have read a partial line.
             self._alive = False
             raise UpstreamNotSent(self._name, "the upstream process is not running") from None
 
+    # -- reading --------------------------------------------------------------------------
+
     async def _run(self) -> None:
+        ended_by_upstream = False
         with self._cancel:
             try:
-                await self._read_loop()
-            except Exception:  # noqa: BLE001 - a broken pipe must not crash the gateway
+                ended_by_upstream = await self._read_loop()
+            except Exception:  # noqa: BLE001 - whatever breaks the reader (a relay included) must
+                # not crash the gateway: it is logged, and the waiting calls end interrupted below.
                 logger.exception("upstream %s: stdio reader failed", self._name)
         self._alive = False
         for pending in list(self._pending.values()):
             pending.done.set()
         self._exited.set()
         with anyio.CancelScope(shield=True):
+            if not ended_by_upstream and self._process.returncode is None:
+                # We stopped reading a live process (oversized message, reader failure): nobody
+                # would drain its stdout again, so stop it instead of waiting for it to exit.
+                self._process.terminate()
             await self._reap()
 
-    async def _read_loop(self) -> None:
-        assert self._process.stdout is not None
-        buffer = ""
-        async for chunk in TextReceiveStream(self._process.stdout):
+    async def _read_loop(self) -> bool:
+        """Read and dispatch lines; True when the upstream ended its stdout, False when we gave up."""
+        buffer = bytearray()
+        while True:
+            try:
+                chunk = await self._receive_stream.receive()
+            except (anyio.EndOfStream, *_PIPE_ERRORS):
+                return True
             buffer += chunk
-            while "\n" in buffer:
-                line, buffer = buffer.split("\n", 1)
-                if line.strip():
-                    await self._dispatch(line)
-            if len(buffer) > _MAX_LINE:
-                logger.error("upstream %s: message over %d bytes; closing", self._name, _MAX_LINE)
-                return
+            if b"\n" in chunk:  # earlier bytes of the buffer hold no newline
+                *lines, rest = buffer.split(b"\n")
+                buffer = bytearray(rest)
+                for line in lines:
+                    if len(line) > self._max_line:
+                        logger.error("upstream %s: message over %d bytes; closing", self._name, self._max_line)
+                        return False
+                    if line.strip():
+                        await self._dispatch(line)
+            if len(buffer) > self._max_line:
+                logger.error("upstream %s: message over %d bytes; closing", self._name, self._max_line)
+                return False
 
-    async def _dispatch(self, line: str) -> None:
+    async def _dispatch(self, line: bytes) -> None:
         try:
             message = json.loads(line)
         except ValueError:
@@ -191,9 +269,11 @@ class StdioConnection:
             return
         if "method" in message:
             if "id" in message:
-                await self._answer_server_request(message)
-            elif message["method"] in _LIST_CHANGED and self._on_list_changed is not None:
-                self._on_list_changed()
+                # Answered in the background: the reader must keep reading while a person answers.
+                self._task_group.start_soon(self._answer_server_request, message)
+            elif message["method"] in _LIST_CHANGED:
+                if self._on_list_changed is not None:
+                    self._on_list_changed()
             else:
                 await deliver_notification(message, self._relay_for(message))
             return
@@ -214,15 +294,13 @@ class StdioConnection:
         return None
 
     async def _answer_server_request(self, message: dict[str, Any]) -> None:
-        # Answered in the background: the reader must keep reading while a person answers.
-        self._task_group.start_soon(self._answer_in_background, message)
-
-    async def _answer_in_background(self, message: dict[str, Any]) -> None:
         reply = await answer_server_request(message, self._relay_for(message))
         try:
             await self._write(reply)
         except UpstreamNotSent:
-            pass
+            pass  # the process is gone; nobody is left to read the answer
+
+    # -- closing --------------------------------------------------------------------------
 
     async def _reap(self) -> None:
         with anyio.move_on_after(5):
@@ -231,19 +309,22 @@ class StdioConnection:
         self._process.kill()
 
     async def aclose(self) -> None:
-        if not self._exited.is_set():
-            self._alive = False
-            if self._process.stdin is not None:
-                with anyio.move_on_after(1):
-                    await self._process.stdin.aclose()
-            with anyio.move_on_after(2):
-                await self._exited.wait()
-                return
-            if self._process.returncode is None:
-                self._process.terminate()
-            with anyio.move_on_after(2):
-                await self._exited.wait()
-                return
-            if self._process.returncode is None:
-                self._process.kill()
-            self._cancel.cancel()
+        if self._exited.is_set():
+            return
+        self._alive = False
+        with anyio.move_on_after(1):
+            try:
+                await self._send_stream.aclose()
+            except _PIPE_ERRORS:
+                pass
+        with anyio.move_on_after(2):
+            await self._exited.wait()
+            return
+        if self._process.returncode is None:
+            self._process.terminate()
+        with anyio.move_on_after(2):
+            await self._exited.wait()
+            return
+        if self._process.returncode is None:
+            self._process.kill()
+        self._cancel.cancel()

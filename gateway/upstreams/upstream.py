@@ -1,23 +1,31 @@
-"""One configured upstream MCP server: its connection (made lazily, remade after a restart)."""
+"""One configured upstream MCP server: its connection (made lazily, remade after a restart).
+
+`Upstream.request` raises what its connection raises (gateway/upstreams/rpc.py `Connection`):
+`UpstreamNotSent` (provably never sent), `UpstreamInterrupted` (maybe sent, no usable answer),
+`UpstreamRpcError` (a JSON-RPC error answer). A connection that died (a stdio process exited)
+is dropped after such an error, and the next request starts a new one.
+"""
 
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import Callable
 from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
+from mcp_types import METHOD_NOT_FOUND
 
 from ..config import HttpUpstreamConfig, StdioUpstreamConfig
 from ..errors import UpstreamInterrupted, UpstreamNotSent, UpstreamRpcError
+from ..relay import CallRelay
+from ..telemetry.tracing import upstream_request_span
 from .http import HttpConnection
-from .rpc import CallRelay, Connection
+from .rpc import Connection
 from .stdio import StdioConnection
 
 logger = logging.getLogger(__name__)
-
-METHOD_NOT_FOUND = -32601
 
 
 class Upstream:
@@ -40,14 +48,22 @@ class Upstream:
     ) -> dict[str, Any]:
         """One request on the pooled connection; raises UpstreamNotSent/Interrupted/RpcError."""
         connection = await self._connected()
-        try:
-            return await connection.request(
-                method, params, timeout=timeout or self.config.call_timeout_seconds, relay=relay
-            )
-        except (UpstreamInterrupted, UpstreamNotSent):
-            if not connection.alive:
-                await self._forget(connection)
-            raise
+        with upstream_request_span(self.name, method, params) as params:
+            try:
+                return await connection.request(
+                    method, params, timeout=timeout or self.config.call_timeout_seconds, relay=relay
+                )
+            except (UpstreamInterrupted, UpstreamNotSent):
+                if not connection.alive:
+                    await self._forget(connection)
+                raise
+
+    async def connection_facts(self) -> tuple[str | None, bool]:
+        """(protocol version, stateless) of the live connection, connecting first. Stateless: any
+        process may send the next request of a conversation (a 2026-07-28 or session-less HTTP
+        upstream); a stdio process or a handshake-era HTTP session belongs to this process."""
+        connection = await self._connected()
+        return getattr(connection, "protocol_version", None), bool(getattr(connection, "stateless", False))
 
     async def list_all(self, method: str, key: str, *, timeout: float) -> list[dict[str, Any]]:
         """Every page of a list method; a server without the method lists nothing."""
@@ -103,6 +119,7 @@ class Upstream:
             headers=cfg.headers,
             protocol=cfg.protocol,
             connect_timeout=cfg.connect_timeout_seconds,
+            tls_ca_file=cfg.tls_ca_file,
         )
 
     def _list_changed(self) -> None:
@@ -121,3 +138,11 @@ class Upstream:
             connection, self._connection = self._connection, None
             with anyio.CancelScope(shield=True):
                 await connection.aclose()
+
+
+def resend_delay(config: StdioUpstreamConfig | HttpUpstreamConfig, attempt: int) -> float:
+    """Seconds to wait before sending attempt `attempt + 1` of a call again: "full jitter"
+    (uniform between 0 and `resend_backoff_seconds` x 2^(attempt-1), at most 10 x the base), so
+    calls interrupted together (an upstream restart) do not all come back at the same instant."""
+    base = config.resend_backoff_seconds
+    return random.uniform(0.0, min(base * 10, base * 2 ** (attempt - 1)))

@@ -3,6 +3,7 @@ it, and `dex-agent` itself."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import subprocess
@@ -65,9 +66,18 @@ class Proc:
         terminate(self.process)
 
 
+SECRET_ENVS = ("DEX_AGENT_TOKEN", "DEX_APPROVER_TOKEN")
+
+
+def child_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment without the host's secrets (tests set them explicitly)."""
+    base = {k: v for k, v in os.environ.items() if k not in SECRET_ENVS}
+    return {**base, "PYTHONPATH": str(REPO_ROOT), **(env or {})}
+
+
 def spawn(argv: list[str], env: dict[str, str] | None = None, stdin_text: str | None = None) -> Proc:
     process = subprocess.Popen(
-        argv, cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})},
+        argv, cwd=REPO_ROOT, env=child_env(env),
         stdin=subprocess.PIPE if stdin_text is not None else subprocess.DEVNULL,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
     )
@@ -92,16 +102,26 @@ class Stack:
     gateway_url: str
     state_dir: Path
 
+    @property
+    def gateway_port(self) -> int:
+        return int(self.gateway_url.rsplit(":", 1)[1].split("/", 1)[0])
 
-def start_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """The gateway (real process) fronting the payments example server (real process)."""
+
+def start_stack(tmp_path_factory: pytest.TempPathFactory, agent_token: str | None = None) -> Iterator[Stack]:
+    """The gateway (real process) fronting the payments example server (real process); with
+    `agent_token`, the gateway accepts only that bearer token."""
     base = tmp_path_factory.mktemp("stack")
     state = base / "payments"
     with start_http_server("dex_server", state_dir=state, env={"DEX_EXAMPLE_PENDING_WAIT_S": "20"}) as payments:
         config = base / "gateway.yaml"
+        auth = ""
+        if agent_token is not None:
+            digest = hashlib.sha256(agent_token.encode()).hexdigest()
+            auth = f"auth: {{tokens: [{{principal: agent, token_sha256: \"{digest}\"}}]}}\n"
         config.write_text(
             "server: {host: 127.0.0.1, port: 0}\n"
-            f"upstreams: [{{name: payments, transport: streamable_http, url: \"{payments.url}\"}}]\n"
+            + auth
+            + f"upstreams: [{{name: payments, transport: streamable_http, url: \"{payments.url}\"}}]\n"
             f"fences: {{store: \"sqlite:///{base / 'gw.db'}\"}}\n"
         )
         gateway = spawn([sys.executable, "-m", "gateway.cli", "serve", "--config", str(config), "--port", "0"])
@@ -115,3 +135,12 @@ def start_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 def dex_agent(*args: str, stdin_text: str | None = None, env: dict[str, str] | None = None) -> Proc:
     return spawn([sys.executable, "-m", "agent_host.cli", *args], env=env, stdin_text=stdin_text)
+
+
+def run_agent(*args: str, env: dict[str, str] | None = None, stdin_text: str | None = None,
+              timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+    """`dex-agent <args>` to completion, stdout and stderr apart (for one-line failure checks)."""
+    return subprocess.run(
+        [sys.executable, "-m", "agent_host.cli", *args], cwd=REPO_ROOT, env=child_env(env), input=stdin_text,
+        stdin=None if stdin_text is not None else subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout,
+    )

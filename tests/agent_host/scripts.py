@@ -76,3 +76,119 @@ def wait_three(request: ModelRequest) -> ModelResponse:
 def always_tools(request: ModelRequest) -> ModelResponse:
     """Never answers: asks for a plan update on every model call, offered tools or not."""
     return ModelResponse(tool_calls=[call(request, 0, "write_todos", todos=[])])
+
+
+def cut_effects(request: ModelRequest) -> ModelResponse:
+    """One call of each effect through a connection-cutting proxy: a read and an idempotent
+    write first (parallel / ordered), then a non-idempotent write, then the results verbatim."""
+    if request.model_call == 1:
+        return ModelResponse(tool_calls=[
+            call(request, 0, _tool(request, "get_balance"), account="cut"),
+            call(request, 1, _tool(request, "set_memo"), payment_id="pay-cut", memo="cut"),
+        ])
+    if request.model_call == 2:
+        return ModelResponse(tool_calls=[call(request, 0, _tool(request, "send_payment"), to="dora", amount=3, account="cut")])
+    return ModelResponse(text="MODEL SAW " + " || ".join(
+        f"{m.tool_name}={m.text}" for m in request.messages if m.role == "tool"))
+
+
+def hold_memo(request: ModelRequest) -> ModelResponse:
+    """An idempotent write that blocks upstream until the test opens its gate."""
+    if request.model_call == 1:
+        return ModelResponse(tool_calls=[call(request, 0, _tool(request, "hold_memo"), gate="memo-gate")])
+    return _summary(request)
+
+
+def refused_and_progress(request: ModelRequest) -> ModelResponse:
+    """An unknown tool, bad arguments, and a read that reports progress."""
+    if request.model_call == 1:
+        return ModelResponse(tool_calls=[
+            call(request, 0, "no_such_tool", x=1),
+            call(request, 1, _tool(request, "get_balance"), account=5),
+            call(request, 2, _tool(request, "long_report"), steps=3, step_seconds=0.05),
+        ])
+    return _summary(request)
+
+
+def refund_then_echo(request: ModelRequest) -> ModelResponse:
+    """A turn whose message starts with "refund" asks for one refund (approval needed); any
+    other turn echoes the user's message, so a test can see which lines reached the host."""
+    last = (ScriptedModelClient.user_texts(request) or [""])[-1]
+    if ScriptedModelClient.tool_results(request):
+        return _summary(request)
+    if last.startswith("refund") and request.model_call == 1:
+        return ModelResponse(tool_calls=[call(request, 0, _tool(request, "refund"), order="9001", amount=5)])
+    return ModelResponse(text=f"ECHO: {last}")
+
+
+def end_turn_hook(context: object) -> str:
+    """A turn continuation hook (`--continuation-hook tests.agent_host.scripts:end_turn_hook`):
+    every turn ends after its first iteration."""
+    return "end"
+
+
+def hold_for_stream(request: ModelRequest) -> ModelResponse:
+    """A write that blocks upstream at its own gate, then the results: the live stream's test."""
+    if request.model_call == 1:
+        return ModelResponse(text="Holding the payment.", tool_calls=[call(request, 0, _tool(request, "hold_payment"), gate="sse-gate")])
+    return _summary(request)
+
+
+def _last_user(request: ModelRequest) -> str:
+    return (ScriptedModelClient.user_texts(request) or [""])[-1]
+
+
+def ask_free_text(request: ModelRequest) -> ModelResponse:
+    """An ask_user question with choices and free text (the web page answers it)."""
+    if request.model_call == 1:
+        return ModelResponse(tool_calls=[
+            call(request, 0, "ask_user", question="Which color should the <b>report</b> use?",
+                 choices=["red", "green"], allows_free_text=True)
+        ])
+    return _summary(request)
+
+
+def wait_then_follow_steering(request: ModelRequest) -> ModelResponse:
+    """A long durable wait; a steer message cancels it, and the next model call answers the
+    user's latest message."""
+    if request.model_call == 1:
+        return ModelResponse(text="Waiting before I deploy.", tool_calls=[
+            call(request, 0, "durable_wait", duration_seconds=600, reason="deploy window")])
+    return ModelResponse(text=f"STEERED: {_last_user(request)}")
+
+
+def hostile_refund(request: ModelRequest) -> ModelResponse:
+    """A refund whose argument names and values try to forge the approval card."""
+    if request.model_call == 1:
+        return ModelResponse(tool_calls=[call(request, 0, _tool(request, "refund"), **HOSTILE_ARGUMENTS)])
+    return _summary(request)
+
+
+HOSTILE_ARGUMENTS: dict[str, object] = {
+    "order": "7777",
+    "amount": 1,
+    "<img src=x onerror=\"window.__pwned=1\">": "</script><script>window.__pwned=2</script>",
+    "\u202eevil": "\u202e004",
+    "amount: 40, note": "zero\u200bwidth",
+    "bell\x07\x1b[2K": "<b>bold</b>",
+}
+
+
+def plan_then_execute(request: ModelRequest) -> ModelResponse:
+    """A planning turn writes a two-task plan; the executing turn reads the balance, marks the
+    tasks completed and answers."""
+    if [t.name for t in request.tools] == ["write_todos"]:
+        if request.model_call == 1:
+            return ModelResponse(text="My plan.", tool_calls=[call(request, 0, "write_todos", todos=[
+                {"content": "read the balance of acme", "status": "pending"},
+                {"content": "report it", "status": "pending"}])])
+        return ModelResponse(text="Plan ready for review.")
+    if not request.tools:
+        return ModelResponse(text="no tools")
+    if request.model_call == 1:
+        return ModelResponse(tool_calls=[call(request, 0, _tool(request, "get_balance"), account="acme")])
+    if request.model_call == 2:
+        return ModelResponse(tool_calls=[call(request, 0, "write_todos", todos=[
+            {"content": "read the balance of acme", "status": "completed"},
+            {"content": "report it", "status": "completed"}])])
+    return ModelResponse(text="EXECUTED: " + " | ".join(m.text for m in request.messages if m.role == "tool"))

@@ -102,8 +102,8 @@ def test_approval_over_the_http_api(stack: Stack, tmp_path: Path) -> None:
     store = tmp_path / "d.db"
     port = free_port()
     proc = dex_agent("--store", str(store), "run", "--gateway", stack.gateway_url, "--session", "s-api",
-                     "--model", SCRIPTS + "one_refund", "--approve", "api", "--approvals-port", str(port),
-                     "--approver-token", "approver-secret", "--token", "agent-secret", "refund")
+                     "--model", SCRIPTS + "one_refund", "--approve", "api", "--approvals-port", str(port), "refund",
+                     env={"DEX_APPROVER_TOKEN": "approver-secret", "DEX_AGENT_TOKEN": "agent-secret"})
     try:
         base = f"http://127.0.0.1:{port}/approvals"
         pending: list[dict[str, Any]] = []

@@ -17,8 +17,12 @@ from typing import Any
 
 import anyio
 import asyncpg
+import httpx2
 from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult
+
+from tests.support.inflight import SentRequests
 
 KEY = "io.superdurable.dex/idempotencyKey"
 OUTCOME = "io.superdurable.dex/outcome"
@@ -39,9 +43,17 @@ def report(line: str) -> None:
 
 
 @asynccontextmanager
-async def sdk_client(url: str) -> AsyncIterator[Client]:
-    """The official SDK client on the handshake era, as an agent would use it."""
-    async with Client(url, mode="legacy", read_timeout_seconds=60, cache=None) as client:
+async def sdk_client(url: str, *, sent: SentRequests | None = None) -> AsyncIterator[Client]:
+    """The official SDK client on the handshake era, as an agent would use it. `sent` records
+    each request once its body is written to the connection."""
+    if sent is None:
+        async with Client(url, mode="legacy", read_timeout_seconds=60, cache=None) as client:
+            yield client
+        return
+    # The SDK's default HTTP client timeouts (30 s, 300 s to read), over the recording transport.
+    async with httpx2.AsyncClient(timeout=httpx2.Timeout(30, read=300), transport=sent.transport()) as http, \
+            Client(streamable_http_client(url, http_client=http), mode="legacy", read_timeout_seconds=60,
+                   cache=None) as client:
         yield client
 
 
@@ -114,13 +126,14 @@ class CallOutcome:
 
 
 async def run_calls(urls: Sequence[str], calls: Sequence[Call], *, clients: int = 16,
-                    all_at_once: bool = False, started: list[CallOutcome] | None = None) -> list[CallOutcome]:
+                    all_at_once: bool = False, started: list[CallOutcome] | None = None,
+                    sent: SentRequests | None = None) -> list[CallOutcome]:
     """Send `calls` through `clients` SDK clients, client i on urls[i % len(urls)].
 
     Each client takes every `clients`-th call. `all_at_once`: a client sends its calls
     concurrently (every call in flight at the same moment); otherwise one after another
     (so at most `clients` calls are in flight). Outcomes are appended to `started` as they
-    finish, in call order in the returned list.
+    finish, in call order in the returned list. `sent` records the requests as they are written.
     """
     outcomes = [CallOutcome(call, urls[(i % clients) % len(urls)]) for i, call in enumerate(calls)]
     done = started if started is not None else []
@@ -139,7 +152,7 @@ async def run_calls(urls: Sequence[str], calls: Sequence[Call], *, clients: int 
         mine = outcomes[slot::clients]
         if not mine:
             return
-        async with sdk_client(urls[slot % len(urls)]) as client:
+        async with sdk_client(urls[slot % len(urls)], sent=sent) as client:
             if all_at_once:
                 async with anyio.create_task_group() as tg:
                     for outcome in mine:

@@ -40,6 +40,7 @@ from tests.chaos.chaos_support import (
     sdk_client,
 )
 from tests.support.gateway import RunningGateway, http_upstream, start_gateway, write_config
+from tests.support.inflight import SentRequests, wait_until_read
 from tests.support.servers import RunningServer, read_executions, start_http_server, wait_for_executions
 
 pytestmark = [pytest.mark.anyio]
@@ -123,6 +124,7 @@ async def test_fifty_concurrent_calls_with_one_key_run_once(rig: Rig, mode: str)
     key = f"same/{rig.store}/{mode}/{uuid.uuid4().hex[:8]}"
     calls = [Call(TOOL, {"line": f"one line for {key}"}, key) for _ in range(50)]
     finished: list[CallOutcome] = []
+    sent = SentRequests()
     started = time.monotonic()
     lock = NotesLock(rig.state) if mode == "held" else None
     try:
@@ -130,15 +132,17 @@ async def test_fifty_concurrent_calls_with_one_key_run_once(rig: Rig, mode: str)
             async with anyio.create_task_group() as tg:
 
                 async def send() -> None:
-                    await run_calls(rig.urls, calls, clients=CLIENTS, all_at_once=True, started=finished)
+                    await run_calls(rig.urls, calls, clients=CLIENTS, all_at_once=True, started=finished, sent=sent)
 
                 tg.start_soon(send)
                 if lock is not None:
                     # The first call is at the upstream (recorded, blocked on the lock) ...
                     await anyio.to_thread.run_sync(
                         lambda: wait_for_executions(rig.state, 1, tool="append_log", key=key, timeout=30))
-                    # ... and the other 49 reach the gateways and wait on its live claim.
-                    await anyio.sleep(1.5)
+                    # ... and the other 49 are inside the gateways (every request written, every
+                    # byte read), where they can only wait on its live claim.
+                    await sent.wait_for(len(calls), timeout=30)
+                    await wait_until_read([g.port for g in rig.gateways], timeout=30)
                     assert finished == [], "a call answered while the first one was still running"
                     assert len(read_executions(rig.state, tool="append_log", key=key)) == 1
                     lock.release()

@@ -39,6 +39,7 @@ from tests.chaos.chaos_support import (
     sdk_client,
 )
 from tests.support.gateway import RunningGateway, http_upstream, start_gateway, write_config
+from tests.support.inflight import SentRequests, wait_until_read
 from tests.support.servers import RunningServer, read_executions, start_http_server, wait_for_executions
 
 pytestmark = [pytest.mark.anyio]
@@ -90,6 +91,7 @@ async def test_owner_replica_killed_while_retries_wait_at_another(pair: Pair, ca
     resendable = tool == "put_note"
     first: list[object] = []
     waiters: list[CallOutcome] = []
+    sent = SentRequests()
     lock = NotesLock(state)
     started = time.monotonic()
     try:
@@ -109,10 +111,15 @@ async def test_owner_replica_killed_while_retries_wait_at_another(pair: Pair, ca
 
                 async def retries() -> None:
                     calls = [Call(f"notes__{tool}", arguments, key) for _ in range(WAITERS)]
-                    await run_calls([pair.b.url], calls, clients=WAITERS, all_at_once=True, started=waiters)
+                    await run_calls([pair.b.url], calls, clients=WAITERS, all_at_once=True, started=waiters,
+                                    sent=sent)
 
                 tg.start_soon(retries)
-                # Longer than a lease: B's waiters keep waiting while A is alive and renewing.
+                # The ten retries are inside B (every request written, every byte read) ...
+                await sent.wait_for(WAITERS)
+                await wait_until_read([pair.b.port])
+                # ... and keep waiting for longer than a lease while A is alive and renewing: an
+                # observation window, since what must not happen is an answer within it.
                 await anyio.sleep(2 * LEASE_SECONDS)
                 assert waiters == [], "a retry answered while the owner replica was alive"
                 pair.a.kill()

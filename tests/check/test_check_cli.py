@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shlex
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,12 @@ from gateway.conventions.check_cli import configure_parser, run
 from tests.support.servers import REPO_ROOT, count_executions, release_gate, server_command, start_http_server
 
 TIME_SERVER = REPO_ROOT / ".venv-tools" / "bin" / "mcp-server-time"
+# dex_server's tools, and which of them are writes (idempotent or not).
+DEX_TOOLS = ["get_balance", "list_payments", "set_memo", "refund", "send_payment", "close_account",
+             "settle_uncertain", "long_report", "sleep", "statement", "hold_payment", "hold_memo", "crash_read", "crash_memo",
+             "crash_payment"]
+DEX_WRITES = {"set_memo", "refund", "send_payment", "close_account", "settle_uncertain", "hold_payment", "hold_memo",
+              "crash_memo", "crash_payment"}
 
 
 def check(*argv: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -40,8 +47,15 @@ def test_dex_server_passes_every_rule(tmp_path: Path, monkeypatch: pytest.Monkey
     release_gate(tmp_path, "dex-check")  # hold_* tools answer at once for the check's arguments
     code, out, err = check("--stdio", stdio("dex_server"), "--allow-writes", "--skip", "crash_*", capsys=capsys)
     assert code == 0, out
-    last = out.strip().splitlines()[-1]
-    assert last.endswith(" passed, 0 failed") and int(last.split()[0]) > 40
+    # Every rule of every tool ran and passed: the table's rows are all "pass", one per rule
+    # (two for each tool, four more for each write), and the last line counts them.
+    statuses = re.findall(r"^\s*\S.*?\s{2,}(pass|fail|skip)\b", out, re.MULTILINE)
+    tools = [name for name in DEX_TOOLS if not name.startswith("crash_")]
+    writes = [name for name in tools if name in DEX_WRITES]
+    assert statuses == ["pass"] * (1 + 2 * len(tools) + 4 * len(writes)), out
+    assert out.strip().splitlines()[-1] == f"{len(statuses)} passed, 0 failed"
+    for name in tools:
+        assert re.search(rf"^{name} +Dex client: ", out, re.MULTILINE), name
     assert "check: [1/" in err  # the progress line
     assert "refund" in out and "non_idempotent_write (declared), asks approval, single attempt" in out
     assert count_executions(tmp_path, tool="send_payment") == 1  # keyless refused, retry replayed, reuse refused

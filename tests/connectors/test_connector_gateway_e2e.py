@@ -119,7 +119,9 @@ def gateway_config(directory: Path, store: str, connectors_dir: Path, *, statefu
         "server": {"stateful": stateful},
         "auth": {"tokens": [{"principal": "agent", "token_sha256": sha(AGENT_TOKEN)}],
                  "admin_token_sha256": sha(ADMIN_TOKEN)},
-        "connectors": {"dir": str(connectors_dir)},
+        # What these tests register through the admin API (the default grants nothing).
+        "connectors": {"dir": str(connectors_dir), "allowed_hosts": ["127.0.0.1"],
+                       "credential_env": ["BILLING_TOKEN", "TICKETS_TOKEN", "DEX_E2E_UNSET_TOKEN"]},
         # A short lease keeps the crash test quick when a restarted replica must wait for it.
         "fences": {"store": store, "lease_seconds": 4},
     })

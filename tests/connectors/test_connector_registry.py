@@ -24,11 +24,14 @@ from gateway.connectors import (
     RegistrationNotFound,
 )
 from gateway.connectors.admin_api import admin_routes
+from gateway.connectors.bindings import BindingPolicy
 
 PG_URL = os.environ.get("DEX_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 BILLING_TEXT = (REPO_ROOT / "examples/connectors/billing/connector.yaml").read_text()
 TICKETS_TEXT = (REPO_ROOT / "examples/connectors/tickets/connector.yaml").read_text()
 HTTP_BINDING = {"type": "http", "base_url": "http://127.0.0.1:9/billing"}
+# What these tests register through the admin path (the default policy grants nothing).
+POLICY = BindingPolicy.of(python_modules=["connector_support"], allowed_hosts=["127.0.0.1"])
 
 
 def _renamed(text: str, name: str) -> str:
@@ -37,7 +40,7 @@ def _renamed(text: str, name: str) -> str:
 
 @pytest.mark.anyio
 async def test_config_dir() -> None:
-    async with ConnectorRegistry("memory://") as registry:
+    async with ConnectorRegistry("memory://", policy=POLICY) as registry:
         version = registry.version
         await registry.load_dir(REPO_ROOT / "config/connectors")
         assert registry.version != version
@@ -73,7 +76,7 @@ async def test_config_dir_flat_files_and_bindings_override(tmp_path: Path) -> No
 
 @pytest.mark.anyio
 async def test_add_refusals() -> None:
-    async with ConnectorRegistry("memory://") as registry:
+    async with ConnectorRegistry("memory://", policy=POLICY) as registry:
         with pytest.raises(ManifestError, match="key 'agent.retry'"):
             await registry.add(BILLING_TEXT.replace("retry: safe", "retry: maybe"), "billing.yaml", HTTP_BINDING)
         with pytest.raises(BindingConfigError, match="base_url"):
@@ -81,7 +84,7 @@ async def test_add_refusals() -> None:
         with pytest.raises(BindingConfigError, match="has no binding"):
             await registry.add(BILLING_TEXT, "billing.yaml", None)
         with pytest.raises(BindingConfigError, match="cannot import"):
-            await registry.add(BILLING_TEXT, "billing.yaml", {"type": "python", "callable": "no_such_module_x:fn"})
+            await registry.add(BILLING_TEXT, "billing.yaml", {"type": "python", "callable": "connector_support:no_such_fn"})
         await registry.add(BILLING_TEXT, "billing.yaml", HTTP_BINDING)
         # "billing_get" + "invoice" collides with "billing" + "getInvoice".
         clash = BILLING_TEXT.replace("name: billing", "name: billing_get", 1).replace("name: getInvoice", "name: invoice")
@@ -96,7 +99,7 @@ async def test_add_refusals() -> None:
 
 @pytest.mark.anyio
 async def test_python_binding_registration() -> None:
-    async with ConnectorRegistry("memory://") as registry:
+    async with ConnectorRegistry("memory://", policy=POLICY) as registry:
         await registry.add(BILLING_TEXT, "billing.yaml", {"type": "python", "callable": "connector_support:echo_operation"})
         tool = registry.tool("billing_get_invoice")
         assert tool is not None
@@ -106,8 +109,8 @@ async def test_python_binding_registration() -> None:
 
 async def _shared(url_a: str, url_b: str) -> None:
     """An add and a remove on replica A reach replica B's tools() and its watch callback."""
-    a = ConnectorRegistry(url_a, poll_interval=0.1)
-    b = ConnectorRegistry(url_b, poll_interval=0.1)
+    a = ConnectorRegistry(url_a, poll_interval=0.1, policy=POLICY)
+    b = ConnectorRegistry(url_b, poll_interval=0.1, policy=POLICY)
     await a.open()
     await b.open()
     changes: list[list[str]] = []
@@ -165,7 +168,7 @@ async def test_two_replicas_on_one_postgres_schema(pg_schema: str) -> None:
 
 @pytest.mark.anyio
 async def test_local_change_reaches_own_watch() -> None:
-    async with ConnectorRegistry("memory://", poll_interval=5) as registry:
+    async with ConnectorRegistry("memory://", poll_interval=5, policy=POLICY) as registry:
         seen = anyio.Event()
 
         async def on_change() -> None:
@@ -194,7 +197,7 @@ def _app(registry: ConnectorRegistry) -> Starlette:
 
 @pytest.mark.anyio
 async def test_admin_api() -> None:
-    async with ConnectorRegistry("memory://") as registry:
+    async with ConnectorRegistry("memory://", policy=POLICY) as registry:
         transport = httpx.ASGITransport(app=_app(registry))
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
             assert (await http.get("/admin/connectors")).status_code == 401
@@ -226,7 +229,7 @@ async def test_admin_api() -> None:
 
 @pytest.mark.anyio
 async def test_registered_tool_calls_the_service(fresh_service: ExampleService) -> None:
-    async with ConnectorRegistry("memory://") as registry:
+    async with ConnectorRegistry("memory://", policy=POLICY) as registry:
         await registry.add(BILLING_TEXT, "billing.yaml", {"type": "http", "base_url": f"{fresh_service.base}/billing"})
         tool = registry.tool("billing_get_invoice")
         assert tool is not None

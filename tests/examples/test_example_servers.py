@@ -13,6 +13,7 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, Tool
 
+from tests.support.inflight import FlockWatch
 from tests.support.servers import (
     count_executions,
     read_executions,
@@ -34,7 +35,7 @@ DEX_EFFECTS = {
     "get_balance": "read", "list_payments": "read", "set_memo": "idempotent_write",
     "refund": "non_idempotent_write", "send_payment": "non_idempotent_write",
     "close_account": "non_idempotent_write", "settle_uncertain": "non_idempotent_write",
-    "long_report": "read", "sleep": "read", "hold_payment": "non_idempotent_write",
+    "long_report": "read", "sleep": "read", "statement": "read", "hold_payment": "non_idempotent_write",
     "hold_memo": "idempotent_write", "crash_read": "read", "crash_memo": "idempotent_write",
     "crash_payment": "non_idempotent_write",
 }
@@ -157,13 +158,24 @@ async def test_hold_blocks_until_released_and_retry_waits(tmp_path: Path) -> Non
                 result = await client.call_tool("hold_memo", {"gate": "g1"}, meta={KEY: "h1"})
                 answers.append(text(result))
 
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(call)
-            await anyio.to_thread.run_sync(lambda: wait_for_executions(tmp_path, 1, tool="hold_memo"))
-            tg.start_soon(call)  # the same key while the first runs: waits for its answer
-            await anyio.sleep(0.3)
-            assert answers == []
-            release_gate(tmp_path, "g1")
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call)
+                await anyio.to_thread.run_sync(lambda: wait_for_executions(tmp_path, 1, tool="hold_memo"))
+                # The server decides under an exclusive flock of its fence file, synchronously on
+                # its event loop. Holding that lock, see the retry block on it: the retry reached
+                # the fence while the first call runs.
+                fence_lock = FlockWatch(tmp_path / "fence.jsonl.lock")
+                try:
+                    tg.start_soon(call)  # the same key while the first runs: waits for its answer
+                    await anyio.to_thread.run_sync(lambda: fence_lock.wait_for_blocked(server.pid))
+                    assert answers == []
+                    # Open the gate before letting the retry decide: the first call cannot finish
+                    # before the (blocked) event loop has run that decision, so the retry sees it
+                    # running, whenever the gate is noticed.
+                    release_gate(tmp_path, "g1")
+                finally:
+                    fence_lock.release()
         assert answers == ["hold_memo released at gate g1"] * 2
         assert count_executions(tmp_path, tool="hold_memo") == 1
 

@@ -1,6 +1,6 @@
 """A separate OS process using a fence store, driven by the multi-process and SIGKILL tests.
 
-usage: _fence_worker.py hammer URL REPLICA NKEYS START_AT
+usage: _fence_worker.py hammer URL REPLICA NKEYS      (prints "ready", starts on a "go" line on stdin)
        _fence_worker.py claim-and-hang URL REPLICA
        _fence_worker.py loop URL REPLICA
 """
@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import random
 import sys
-import time
 from typing import Any
 
 import anyio
@@ -27,14 +26,17 @@ def say(*parts: str) -> None:
     print(*parts, flush=True)
 
 
-async def hammer(url: str, replica: str, nkeys: int, start_at: float) -> None:
+async def hammer(url: str, replica: str, nkeys: int) -> None:
     keys = [f"k{i}" for i in range(nkeys)]
     random.shuffle(keys)
     results: list[dict[str, Any]] = []
     limit = anyio.Semaphore(32)
     async with open_fence_store(url) as store:
         f = Fences(store, Owner.fresh(replica), wait_seconds=20.0, poll_interval=0.005, max_poll_interval=0.05)
-        await anyio.sleep(max(0.0, start_at - time.time()))  # both processes start together
+        say("ready")
+        # Both processes start together: when the test, which waited for both to be ready, says go.
+        go = await anyio.to_thread.run_sync(sys.stdin.readline)
+        assert go.strip() == "go", go
 
         async def one(key: str) -> None:
             async with limit:
@@ -86,7 +88,7 @@ async def loop(url: str, replica: str) -> None:
 def main(argv: list[str]) -> None:
     mode, url, replica = argv[1], argv[2], argv[3]
     if mode == "hammer":
-        anyio.run(hammer, url, replica, int(argv[4]), float(argv[5]))
+        anyio.run(hammer, url, replica, int(argv[4]))
     elif mode == "claim-and-hang":
         anyio.run(claim_and_hang, url, replica)
     elif mode == "loop":

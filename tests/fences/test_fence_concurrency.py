@@ -11,7 +11,7 @@ import pytest
 from gateway.conventions.keys import REPLAYED_KEY, Effect
 from gateway.fences import FenceUnknown, Fences, Owner, Proceed, Replay, UnknownReason, open_fence_store
 
-from fence_helpers import FakeClock
+from fence_helpers import FakeClock, WatchedStore
 
 pytestmark = pytest.mark.anyio
 
@@ -21,8 +21,10 @@ def answer_for(key: str, who: str) -> dict[str, Any]:
 
 
 async def test_50_concurrent_same_key_one_execution(durable_url: str) -> None:
-    async with open_fence_store(durable_url) as store:
-        f = Fences(store, Owner.fresh("r1"), wait_seconds=10.0, poll_interval=0.01, max_poll_interval=0.1)
+    async with open_fence_store(durable_url) as inner:
+        store = WatchedStore(inner)
+        f = Fences(store, Owner.fresh("r1"), wait_seconds=10.0,  # type: ignore[arg-type]
+                   poll_interval=0.01, max_poll_interval=0.1)
         executions = 0
         answers: list[dict[str, Any]] = []
 
@@ -32,7 +34,8 @@ async def test_50_concurrent_same_key_one_execution(durable_url: str) -> None:
             if isinstance(r, Proceed):
                 async with f.holding(r.ticket):
                     executions += 1
-                    await anyio.sleep(0.2)  # the upstream call
+                    # The upstream call lasts until every other call found this live claim.
+                    await store.wait_calls("insert_if_absent", 50)
                     result = answer_for("same", f"call {i}")
                 assert await f.complete(r.ticket, result)
                 answers.append(result)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
@@ -27,7 +28,7 @@ from gateway.fences import (
 )
 from gateway.fences import admin
 
-from fence_helpers import FakeClock
+from fence_helpers import FakeClock, WatchedStore
 
 pytestmark = pytest.mark.anyio
 
@@ -157,18 +158,22 @@ async def test_principals_are_isolated(any_url: str, clock: FakeClock) -> None:
 async def test_duplicate_waits_for_the_first_answer(any_url: str, clock: FakeClock) -> None:
     async with opened(any_url) as store:
         first = fences(store, clock)
-        second = fences(store, clock, "r2", wait_seconds=5.0)
+        watched = WatchedStore(store)
+        second = fences(watched, clock, "r2", wait_seconds=5.0)  # type: ignore[arg-type]
         r = await begin(first)
         results: list[Any] = []
 
         async def dup() -> None:
             results.append(await begin(second))
 
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(dup)
-            await anyio.sleep(0.2)
-            assert results == []  # still waiting
-            await first.complete(r.ticket, ANSWER)
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(dup)
+                # Its claim found the live pending fence; it polls again: it is waiting.
+                await watched.wait_calls("get", 2)
+                assert results == []  # still waiting
+                await first.complete(r.ticket, ANSWER)
+        assert watched.calls["insert_if_absent"] == 1
         assert isinstance(results[0], Replay) and results[0].answer["content"] == ANSWER["content"]
 
 
@@ -242,7 +247,8 @@ async def test_most_conservative_effect_decides_the_takeover(any_url: str, clock
 async def test_owner_dying_during_the_wait_is_taken_over(any_url: str, clock: FakeClock) -> None:
     async with opened(any_url) as store:
         await begin(fences(store, clock, "r1"), effect=Effect.IDEMPOTENT_WRITE)
-        waiter = fences(store, clock, "r2", wait_seconds=5.0)
+        watched = WatchedStore(store)
+        waiter = fences(watched, clock, "r2", wait_seconds=5.0)  # type: ignore[arg-type]
         results: list[Any] = []
 
         async def wait() -> None:
@@ -251,7 +257,8 @@ async def test_owner_dying_during_the_wait_is_taken_over(any_url: str, clock: Fa
         with anyio.fail_after(5):
             async with anyio.create_task_group() as tg:
                 tg.start_soon(wait)
-                await anyio.sleep(0.1)
+                await watched.wait_calls("get", 1)  # r2 found r1's live claim and is waiting
+                assert results == [] and watched.calls["take_over"] == 0
                 clock.advance(20)  # r1's lease runs out while r2 waits
         assert isinstance(results[0], Proceed) and results[0].takeover
 
@@ -261,8 +268,11 @@ async def test_holding_renews_the_lease(any_url: str) -> None:
         holder = Fences(store, Owner.fresh("r1"), lease_seconds=0.3, wait_seconds=0.0)
         other = Fences(store, Owner.fresh("r2"), lease_seconds=0.3, wait_seconds=0.0)
         r = await begin(holder, effect=Effect.IDEMPOTENT_WRITE)
+        first_lease = (await store.get(r.ticket.fence_id)).lease_until  # type: ignore[union-attr]
         async with holder.holding(r.ticket):
-            await anyio.sleep(0.8)  # well past the first lease
+            with anyio.fail_after(5):
+                while time.time() <= first_lease + 0.1:  # past the first lease, by the wall clock
+                    await anyio.sleep(0.01)
             out = await begin(other, effect=Effect.IDEMPOTENT_WRITE)
             assert isinstance(out, FenceUnknown) and out.reason is UnknownReason.WAIT_TIMEOUT
         assert await holder.complete(r.ticket, ANSWER)
@@ -363,6 +373,8 @@ async def test_admin_stats_show_purge(any_url: str, clock: FakeClock) -> None:
 
 class CommitThenFail:
     """A store whose first finish() commits and then raises, like a connection lost after COMMIT."""
+
+    transient_errors = (ConnectionResetError,)  # what a networked store reports as "try again"
 
     def __init__(self, inner: FenceStore) -> None:
         self.inner = inner

@@ -23,7 +23,8 @@ WORKER = Path(__file__).with_name("_fence_worker.py")
 
 def spawn(*args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, str(WORKER), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, str(WORKER), *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -36,16 +37,29 @@ def wait_ready(proc: subprocess.Popen[str]) -> None:
 
 
 def sigkill(proc: subprocess.Popen[str]) -> list[str]:
+    """SIGKILL the worker; every line it printed. Read through the same buffered file as
+    `wait_ready` (communicate() reads the pipe itself and would miss what that readline buffered)."""
     os.kill(proc.pid, signal.SIGKILL)
-    out, _ = proc.communicate(timeout=10)
+    proc.wait(timeout=10)
     assert proc.returncode == -signal.SIGKILL
+    assert proc.stdout is not None
+    with proc.stdout:
+        out = proc.stdout.read()
+    for pipe in (proc.stdin, proc.stderr):
+        if pipe is not None:
+            pipe.close()
     return out.splitlines()
 
 
 def test_two_processes_same_keys_one_execution_each(durable_url: str) -> None:
     nkeys = 300
-    start_at = time.time() + 1.5
-    procs = [spawn("hammer", durable_url, f"replica-{n}", str(nkeys), str(start_at)) for n in (1, 2)]
+    procs = [spawn("hammer", durable_url, f"replica-{n}", str(nkeys)) for n in (1, 2)]
+    for proc in procs:
+        wait_ready(proc)  # its store is open
+    for proc in procs:  # both start together
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
     by_key: dict[str, list[dict[str, str]]] = defaultdict(list)
     for proc in procs:
         out, err = proc.communicate(timeout=60)
@@ -91,25 +105,37 @@ async def test_sigkill_pending_dead_at_once_and_done_kept(durable_url: str) -> N
 
 
 async def _check_after_kill(url: str, lines: list[str]) -> int:
-    # The last line may be cut short by the kill: only whole "<verb> <key>" lines count.
+    # The worker claims k0, k1, ... one at a time, printing "sending <key>" once claimed and
+    # "done <key>" once its answer is stored. The last line may be cut short by the kill: only
+    # whole "<verb> <key>" lines count.
     words = [line.split() for line in lines]
-    sent = {w[1] for w in words if len(w) >= 2 and w[0] == "sending"}
-    done = {w[1] for w in words if len(w) >= 2 and w[0] == "done"}
+    sent = [w[1] for w in words if len(w) >= 2 and w[0] == "sending"]
+    done = [w[1] for w in words if len(w) >= 2 and w[0] == "done"]
+    assert sent == [f"k{i}" for i in range(len(sent))], sent
+    assert done == sent[: len(done)] and len(sent) - len(done) <= 1, (sent, done)
     async with open_fence_store(url) as store:
+        # The same replica restarted (new boot id): its old claims are dead at once.
         f = Fences(store, Owner.fresh("r1"), wait_seconds=0.0)
         for i in range(len(sent) + 2):
             key = f"k{i}"
             r = await f.begin(principal="p", key=key, tool="t", arguments=None, effect=Effect.NON_IDEMPOTENT_WRITE)
+            owner_died = isinstance(r, FenceUnknown) and r.reason is UnknownReason.OWNER_DIED
+            fresh = isinstance(r, Proceed) and not r.takeover
             if key in done:
                 # No finished answer is lost.
                 assert isinstance(r, Replay), (key, r)
-                assert r.answer["content"][0]["text"] == f"{key} executed by r1"
             elif key in sent:
-                # Sent, maybe finished: never sent a second time.
-                assert isinstance(r, (Replay, FenceUnknown)), (key, r)
+                # Sent: its answer was stored just before the kill (a replay), or it is unknown;
+                # never sent a second time.
+                assert isinstance(r, Replay) or owner_died, (key, r)
+            elif i == len(sent):
+                # Maybe claimed (its "sending" line lost to the kill): unknown; else a new call.
+                assert owner_died or fresh, (key, r)
             else:
-                # Never reported as sent: a fresh claim is fine, a takeover is not.
-                assert not (isinstance(r, Proceed) and r.takeover), (key, r)
+                # Never claimed: a new call.
+                assert fresh, (key, r)
+            if isinstance(r, Replay):
+                assert r.answer["content"][0]["text"] == f"{key} executed by r1"
     return len(done)
 
 

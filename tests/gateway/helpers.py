@@ -10,7 +10,10 @@ from typing import Any
 import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, Tool
+
+from tests.support.inflight import SentRequests
 
 EFFECT = "io.superdurable.dex/effect"
 APPROVAL = "io.superdurable.dex/approval"
@@ -23,10 +26,13 @@ ERAS = ["legacy", "2026-07-28"]
 
 
 @asynccontextmanager
-async def connect(url: str, era: str, *, token: str | None = None) -> AsyncIterator[Client]:
-    """The official SDK client on the gateway URL, in one protocol era, optionally with a token."""
+async def connect(url: str, era: str, *, token: str | None = None,
+                  sent: SentRequests | None = None) -> AsyncIterator[Client]:
+    """The official SDK client on the gateway URL, in one protocol era, optionally with a token.
+    `sent` records each request once its body is written to the connection."""
     headers = {"authorization": f"Bearer {token}"} if token else {}
-    http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=120))
+    http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=120),
+                               transport=sent.transport() if sent else None)
     async with http, Client(streamable_http_client(url, http_client=http), mode=era, cache=None,
                             read_timeout_seconds=60) as client:
         yield client
@@ -56,6 +62,15 @@ def text_of(result: CallToolResult) -> str:
 
 def meta_of(result: CallToolResult) -> dict[str, Any]:
     return dict(result.meta or {})
+
+
+def mcp_errors(exc: BaseException) -> list[MCPError]:
+    """Every MCPError in `exc`, looking inside exception groups (the SDK client's task groups)."""
+    if isinstance(exc, MCPError):
+        return [exc]
+    if isinstance(exc, BaseExceptionGroup):
+        return [e for sub in exc.exceptions for e in mcp_errors(sub)]
+    return []
 
 
 def new_key(label: str = "k") -> str:

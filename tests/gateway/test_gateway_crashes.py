@@ -14,8 +14,10 @@ import anyio
 import pytest
 from mcp_types import CallToolResult
 
+from gateway.fences.ids import fence_id
 from tests.gateway.helpers import KEY, OUTCOME, REPLAYED, connect, meta_of, new_key, text_of
 from tests.support.gateway import RunningGateway, http_upstream, start_gateway, stdio_upstream, write_config
+from tests.support.inflight import SentRequests, wait_until_read
 from tests.support.servers import (
     start_http_server,
     count_executions,
@@ -118,8 +120,9 @@ async def test_non_idempotent_write_is_unknown_at_once(setup: Setup, era: str) -
         assert_unknown(result)
         assert len(tagged(setup.state, "crash_payment", tag)) == 1
         again = await client.call_tool("pay__crash_payment", {"tag": tag, "crash_times": 0}, meta={KEY: key})
+    # The fence remembers: the retry is the stored unknown answer itself, and is never sent.
     assert_unknown(again)
-    assert meta_of(again).get(REPLAYED) in (True, None)
+    assert (again.content, meta_of(again)) == (result.content, meta_of(result))
     assert len(tagged(setup.state, "crash_payment", tag)) == 1
     await assert_upstream_works_again(setup.gateway.url, era, setup.state)
 
@@ -231,8 +234,16 @@ async def test_gateway_killed_mid_call_then_restarted(tmp_path: Path) -> None:
                 assert memo.is_error is False, text_of(memo)
                 assert OUTCOME not in meta_of(memo)
                 assert meta_of(memo_again)[REPLAYED] is True
+                # Taken over: the restarted gateway says so, and sent the call again with the same
+                # key. (The first execution was cancelled when its connection died, so
+                # dex_server's own fence let the resend run: two executions, one key.)
+                gateway.wait_for_log(rf"fence {fence_id('anonymous', memo_key)}: took over from dead owner")
                 memo_runs = read_executions(state, tool="hold_memo", key=memo_key)
-                assert 1 <= len(memo_runs) <= 2
+                assert len(memo_runs) == 2, memo_runs
+                # The payment was not taken over: made unknown, for good.
+                gateway.wait_for_log(rf"fence {fence_id('anonymous', pay_key)}: owner .* died mid-call; "
+                                     "non_idempotent_write call is now unknown")
+                assert f"fence {fence_id('anonymous', pay_key)}: took over" not in gateway.log
             finally:
                 release_gate(state, pay_gate)
 
@@ -242,8 +253,8 @@ async def test_gateway_killed_mid_call_then_restarted(tmp_path: Path) -> None:
 async def test_second_gateway_waits_for_a_live_first_one(tmp_path: Path, replica_ids: tuple[str, str] | None) -> None:
     """Two gateways sharing one fence store, both started with `--port 0`: a retry at the second
     while the first still runs the call must wait for the first answer (its owner is alive and
-    renewing its lease), not declare the first gateway dead. With explicit `fences.replica_id`s
-    it does; with the default id (host:configured port = host:0 for both) it does not."""
+    renewing its lease), not declare the first gateway dead, with explicit `fences.replica_id`s
+    and with the default ids (host and the port each one really bound)."""
     state = tmp_path / "hpay"
     with start_http_server("dex_server", state_dir=state) as server:
         configs = []
@@ -257,9 +268,10 @@ async def test_second_gateway_waits_for_a_live_first_one(tmp_path: Path, replica
             assert first.port != second.port
             key, gate = new_key("two"), f"two-{uuid.uuid4().hex[:6]}"
             results: dict[str, CallToolResult] = {}
+            sent = SentRequests()
 
-            async def call(name: str, url: str) -> None:
-                async with connect(url, "legacy") as client:
+            async def call(name: str, url: str, sent: SentRequests | None = None) -> None:
+                async with connect(url, "legacy", sent=sent) as client:
                     results[name] = await client.call_tool("hpay__hold_payment", {"gate": gate}, meta={KEY: key})
 
             try:
@@ -267,8 +279,11 @@ async def test_second_gateway_waits_for_a_live_first_one(tmp_path: Path, replica
                     async with anyio.create_task_group() as tg:
                         tg.start_soon(call, "first", first.url)
                         await anyio.to_thread.run_sync(lambda: wait_for_executions(state, 1, key=key))
-                        tg.start_soon(call, "second", second.url)
-                        await anyio.sleep(1.5)
+                        tg.start_soon(call, "second", second.url, sent)
+                        # The retry is inside the second gateway while the first call still runs.
+                        await sent.wait_for(1)
+                        await wait_until_read([second.port])
+                        assert results == {}, "a call answered while the first one was still running"
                         release_gate(state, gate)
             finally:
                 release_gate(state, gate)

@@ -80,8 +80,23 @@ def test_same_answers_on_both_paths(tmp_path: Path, fast: bool) -> None:
         _, messages = answer_of(listed)
         assert any(t["name"] == "pay__refund" for t in messages[-1]["result"]["tools"])
 
-        # Malformed params go to the SDK, which names the problem.
-        bad = http.post(gateway.url, headers=HEADERS,
-                        json={"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {"arguments": {}}})
+        # Malformed params (no tool name): invalid params, for this request, on either entry.
+        bad = http.post(gateway.url, headers=HEADERS, json=NAMELESS_CALL)
         _, messages = answer_of(bad)
-        assert "error" in messages[-1] and messages[-1]["id"] == 6
+        assert messages[-1]["id"] == 6 and messages[-1]["error"]["code"] == -32602, messages[-1]
+
+
+NAMELESS_CALL = {"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {"arguments": {}}}
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast-path", "sdk-path"])
+def test_malformed_params_error_names_the_problem(tmp_path: Path, fast: bool) -> None:
+    config = write_config(
+        tmp_path,
+        {"server": {"fast_tool_calls": fast}, "upstreams": [stdio_upstream("pay", "dex_server", state_dir=tmp_path / "pay")]},
+    )
+    with start_gateway(config) as gateway, httpx.Client(timeout=30) as http:
+        _, messages = answer_of(http.post(gateway.url, headers=HEADERS, json=NAMELESS_CALL))
+    error = messages[-1]["error"]
+    assert error["code"] == -32602
+    assert error["message"] == "tools/call: params.name must be a non-empty string", error

@@ -29,7 +29,7 @@ R, IW, NIW, UNCLASSIFIED = "read", "idempotent_write", "non_idempotent_write", "
 # dex_server's declared effects, and which tools declare approval: recommended.
 DEX_EFFECTS = {
     "get_balance": R, "list_payments": R, "set_memo": IW, "refund": NIW, "send_payment": NIW,
-    "close_account": NIW, "settle_uncertain": NIW, "long_report": R, "sleep": R, "hold_payment": NIW,
+    "close_account": NIW, "settle_uncertain": NIW, "long_report": R, "sleep": R, "statement": R, "hold_payment": NIW,
     "hold_memo": IW, "crash_read": R, "crash_memo": IW, "crash_payment": NIW,
 }
 DEX_APPROVAL = {"refund", "close_account"}
@@ -130,8 +130,9 @@ async def test_untrusted_upstream_never_passes_a_safety_hint(setup: Setup, era: 
     # plain_server says list_notes is read-only; the gateway does not trust it.
     assert tools["raw__list_notes"].annotations.read_only_hint is False
     assert tools["notes__list_notes"].annotations.read_only_hint is True
-    # A cautious hint (destructiveHint: true) may pass from an untrusted upstream.
-    assert tools["raw__delete_note"].annotations.destructive_hint in (True, None)
+    # A cautious hint (plain_server's destructiveHint: true on delete_note) passes from an
+    # untrusted upstream.
+    assert tools["raw__delete_note"].annotations.destructive_hint is True
 
 
 async def test_definitions_passed_on(setup: Setup, era: str) -> None:
@@ -153,6 +154,10 @@ async def test_paged_upstream_fully_listed_and_unprefixed(setup: Setup) -> None:
         tools = tools_by_name(await all_tools(client))
     assert set(DEX_EFFECTS) <= set(tools)
     assert not any(name.startswith(("main__", "shadow__")) for name in tools)
+    # They are main's, every page of them: each of shadow's 14 same-named tools was left out
+    # because main, listed first, already had it (a page lost would let shadow's through).
+    for name in DEX_EFFECTS:
+        setup.gateway.wait_for_log(rf"tool '{name}' of upstream shadow collides with an earlier tool")
 
 
 async def test_collision_first_upstream_wins(setup: Setup, era: str) -> None:
@@ -162,7 +167,8 @@ async def test_collision_first_upstream_wins(setup: Setup, era: str) -> None:
     args = [r["arguments"] for r in read_executions(setup.main_state, tool="get_balance")]
     assert {"account": f"collide-{era}"} in args
     assert count_executions(setup.shadow_state, tool="get_balance") == 0
-    assert "collides" in setup.gateway.log
+    setup.gateway.wait_for_log(r"WARNING .*tool 'get_balance' of upstream shadow collides with an earlier tool "
+                               r"of the same exposed name; left out")
 
 
 def test_tools_cli_json(setup: Setup) -> None:

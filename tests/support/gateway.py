@@ -11,9 +11,11 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -79,6 +81,22 @@ class RunningGateway:
     @property
     def log(self) -> str:
         return "\n".join(self.stderr_lines)
+
+    def log_mark(self) -> int:
+        """A position in the log: `wait_for_log(..., since=mark)` looks only at later lines."""
+        return len(self.stderr_lines)
+
+    def wait_for_log(self, pattern: str, *, since: int = 0, timeout: float = 10.0) -> re.Match[str]:
+        """The first log line (from line `since` on) matching the regex `pattern`, waiting for it."""
+        regex = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        while True:
+            for line in self.stderr_lines[since:]:
+                if match := regex.search(line):
+                    return match
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no log line matching {pattern!r} within {timeout} s:\n" + self.log)
+            time.sleep(0.02)
 
     def start(self, ready_timeout: float = 30.0) -> None:
         argv = gateway_argv("serve", "--config", str(self.config_path), "--port", str(self.port))

@@ -23,6 +23,7 @@ from ..errors import BindingConfigError
 
 _CALLABLE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP header name (RFC 9110 token)
 
 
 class _Strict(BaseModel):
@@ -42,6 +43,20 @@ class CredentialConfig(_Strict):
     def _env_name(cls, value: str) -> str:
         if not _ENV_NAME.match(value):
             raise ValueError(f"not an environment variable name: {value!r}")
+        return value
+
+    @field_validator("header")
+    @classmethod
+    def _header_name(cls, value: str) -> str:
+        if not _TOKEN.match(value):
+            raise ValueError(f"not an HTTP header name: {value!r}")
+        return value
+
+    @field_validator("scheme")
+    @classmethod
+    def _scheme_token(cls, value: str | None) -> str | None:
+        if value is not None and not _TOKEN.match(value):
+            raise ValueError(f"not an authorization scheme: {value!r}")
         return value
 
 

@@ -11,6 +11,7 @@ from ..records import FenceRecord, FenceState, FenceStats, Owner
 
 
 class MemoryFenceStore:
+    transient_errors: tuple[type[BaseException], ...] = ()
     def __init__(self) -> None:
         self._records: dict[str, FenceRecord] = {}
 

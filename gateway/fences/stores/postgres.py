@@ -1,5 +1,8 @@
 """The shared fence store: PostgreSQL through an asyncpg pool, for several gateway replicas.
 
+The pool belongs to a `Database` (one per gateway, shared with the connector registrations);
+a store made from a bare URL opens and closes its own.
+
 Schema: table `dex_fences` plus `dex_fences_schema` holding one version row, in the
 PostgreSQL schema named by `?schema=` (default `public`). `open()` creates or checks them
 under a transaction-scoped advisory lock, so replicas starting at the same moment neither
@@ -12,13 +15,12 @@ re-checks its WHERE clause on the latest row version, which is the compare-and-s
 from __future__ import annotations
 
 import hashlib
-import re
 from types import TracebackType
 from typing import Any, Self
-from ...storage_urls import check_schema_name, parse_postgres_url
 
 import asyncpg
 
+from ...database import Database, PoolLease
 from ..records import COLUMNS, FenceRecord, FenceState, FenceStats, Owner, dump_answer, record_from_row, record_to_row
 
 SCHEMA_VERSION = 1
@@ -31,20 +33,44 @@ def _lock_key(schema: str) -> int:
 
 
 class PostgresFenceStore:
-    def __init__(self, dsn: str, *, schema: str = "public", pool_min: int = 1, pool_max: int = 10) -> None:
-        check_schema_name(schema)
-        self.dsn = dsn
-        self.schema = schema
-        self.pool_min = pool_min
-        self.pool_max = pool_max
-        self._pool: asyncpg.Pool | None = None
-        self._t = f'"{schema}".dex_fences'
+    # A lost or refused connection, a server shutting down, a statement timeout.
+    transient_errors: tuple[type[BaseException], ...] = (
+        OSError,
+        TimeoutError,
+        asyncpg.InterfaceError,
+        asyncpg.PostgresConnectionError,
+        asyncpg.CannotConnectNowError,
+        asyncpg.QueryCanceledError,
+        asyncpg.DeadlockDetectedError,
+        asyncpg.SerializationError,
+    )
+    def __init__(self, database: Database, *, owns_database: bool = False) -> None:
+        """On `database`'s pool; `owns_database`: open and close it with the store."""
+        self.schema = database.postgres.schema  # checked when the URL was parsed
+        self._lease = PoolLease(database, owner=owns_database, name="fence store")
+        self._t = f'"{self.schema}".dex_fences'
         self._held = "fence_id = ${0} AND state = 'pending' AND owner_replica = ${1} AND owner_boot = ${2} AND attempts = ${3}"
+        placeholders = ", ".join(f"${i}" for i in range(1, len(COLUMNS) + 1))
+        # Exactly one row: (true, NULLs) when inserted, else (false, the row there) -- or
+        # (false, NULLs) when that row is not visible to this statement's snapshot.
+        self._claim = (
+            f"WITH ins AS (INSERT INTO {self._t} ({_COLS}) VALUES ({placeholders})"
+            f" ON CONFLICT (fence_id) DO NOTHING RETURNING 1)"
+            f" SELECT EXISTS (SELECT 1 FROM ins), {', '.join('f.' + c for c in COLUMNS)}"
+            f" FROM (VALUES (1)) AS one LEFT JOIN {self._t} AS f ON f.fence_id = $1 AND NOT EXISTS (SELECT 1 FROM ins)"
+        )
 
     @classmethod
     def from_url(cls, url: str) -> "PostgresFenceStore":
-        parsed = parse_postgres_url(url)
-        return cls(parsed.dsn, schema=parsed.schema, pool_min=parsed.pool_min or 1, pool_max=parsed.pool_max or 10)
+        return cls(Database(url), owns_database=True)
+
+    @property
+    def dsn(self) -> str:
+        return self._lease.database.postgres.dsn
+
+    @property
+    def pool_max(self) -> int:
+        return self._lease.database.pool_max
 
     def _cas(self, first: int) -> str:
         return self._held.format(first, first + 1, first + 2, first + 3)
@@ -52,16 +78,10 @@ class PostgresFenceStore:
     # -- lifecycle ---------------------------------------------------------------------
 
     async def open(self) -> None:
-        if self._pool is not None:
+        if self._lease.held:
             return
-        pool = await asyncpg.create_pool(self.dsn, min_size=self.pool_min, max_size=self.pool_max)
-        try:
-            async with pool.acquire() as conn:
-                await self._migrate(conn)
-        except BaseException:
-            await pool.close()
-            raise
-        self._pool = pool
+        async with self._lease.opening() as pool, pool.acquire() as conn:
+            await self._migrate(conn)
 
     async def _migrate(self, conn: asyncpg.Connection) -> None:
         s = f'"{self.schema}"'
@@ -98,9 +118,7 @@ class PostgresFenceStore:
                 await conn.execute(f"INSERT INTO {s}.dex_fences_schema (version) VALUES ($1)", SCHEMA_VERSION)
 
     async def close(self) -> None:
-        if self._pool is not None:
-            pool, self._pool = self._pool, None
-            await pool.close()
+        await self._lease.release()
 
     async def __aenter__(self) -> Self:
         await self.open()
@@ -113,9 +131,7 @@ class PostgresFenceStore:
 
     @property
     def pool(self) -> asyncpg.Pool:
-        if self._pool is None:
-            raise RuntimeError("fence store is not open")
-        return self._pool
+        return self._lease.pool
 
     @staticmethod
     def _one(status: str) -> bool:
@@ -125,19 +141,16 @@ class PostgresFenceStore:
     # -- operations --------------------------------------------------------------------
 
     async def insert_if_absent(self, record: FenceRecord) -> tuple[bool, FenceRecord]:
+        # One statement, one round trip: the insert, or else the row that is already there.
+        # The SELECT sees the statement's snapshot, so a row committed by another replica after
+        # it began makes the insert do nothing *and* the SELECT find nothing: then ask again.
         row = record_to_row(record)
-        placeholders = ", ".join(f"${i}" for i in range(1, len(COLUMNS) + 1))
         while True:
-            inserted = await self.pool.fetchval(
-                f"INSERT INTO {self._t} ({_COLS}) VALUES ({placeholders}) ON CONFLICT (fence_id) DO NOTHING RETURNING true",
-                *row,
-            )
-            if inserted:
+            found = await self.pool.fetchrow(self._claim, *row)
+            if found[0]:
                 return True, record
-            existing = await self.get(record.fence_id)
-            # Deleted between the two statements (released or swept): try the insert again.
-            if existing is not None:
-                return False, existing
+            if found[1] is not None:
+                return False, record_from_row(tuple(found)[1:])
 
     async def get(self, fence_id: str) -> FenceRecord | None:
         row = await self.pool.fetchrow(f"SELECT {_COLS} FROM {self._t} WHERE fence_id = $1", fence_id)

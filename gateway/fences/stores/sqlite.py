@@ -25,6 +25,8 @@ from typing import Any, Self, TypeVar
 import anyio
 import anyio.to_thread
 
+from ...errors import StoreError
+from ...private_files import private_file
 from ...storage_urls import parse_sqlite_url
 from ..records import (
     COLUMNS,
@@ -65,6 +67,8 @@ CREATE INDEX IF NOT EXISTS fences_state_updated ON fences (state, updated_at);
 
 
 class SqliteFenceStore:
+    # Busy or locked database, disk I/O; StoreError: used while not open (e.g. at shutdown).
+    transient_errors: tuple[type[BaseException], ...] = (sqlite3.OperationalError, OSError, StoreError)
     def __init__(self, path: str | Path, *, synchronous: str = "NORMAL", busy_timeout_ms: int = 10_000) -> None:
         if synchronous.upper() not in _SYNCHRONOUS:
             raise ValueError(f"sqlite synchronous must be one of {', '.join(_SYNCHRONOUS)}, not {synchronous!r}")
@@ -100,7 +104,7 @@ class SqliteFenceStore:
             await self._run(self._open_sync, need_conn=False)
 
     def _open_sync(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_file(self.path)
         # isolation_level=None: no implicit transactions; we issue BEGIN IMMEDIATE ourselves.
         sqlite_wait_ms = 0 if self._on_loop else int(self.busy_timeout_ms)
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=sqlite_wait_ms / 1000)
@@ -136,9 +140,9 @@ class SqliteFenceStore:
             await self._run(self._close_sync)
 
     def _close_sync(self) -> None:
-        assert self._conn is not None
-        self._conn.close()
-        self._conn = None
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
 
     async def __aenter__(self) -> Self:
         await self.open()
@@ -175,9 +179,13 @@ class SqliteFenceStore:
             await anyio.sleep(delay)
             delay = min(delay * 2, 0.05)
 
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise StoreError("the SQLite fence store is not open")
+        return self._conn
+
     def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        conn = self._conn
-        assert conn is not None
+        conn = self._connection()
         conn.execute("BEGIN IMMEDIATE")
         try:
             result = fn(conn)
@@ -211,8 +219,7 @@ class SqliteFenceStore:
 
     async def get(self, fence_id: str) -> FenceRecord | None:
         def op() -> FenceRecord | None:
-            assert self._conn is not None
-            row = self._conn.execute(f"SELECT {_COLS} FROM fences WHERE fence_id = ?", (fence_id,)).fetchone()
+            row = self._connection().execute(f"SELECT {_COLS} FROM fences WHERE fence_id = ?", (fence_id,)).fetchone()
             return None if row is None else record_from_row(row)
 
         return await self._run(op)
@@ -259,9 +266,9 @@ class SqliteFenceStore:
 
     async def stats(self) -> FenceStats:
         def op() -> FenceStats:
-            assert self._conn is not None
-            counts = dict(self._conn.execute("SELECT state, count(*) FROM fences GROUP BY state").fetchall())
-            oldest, newest = self._conn.execute("SELECT min(updated_at), max(updated_at) FROM fences").fetchone()
+            conn = self._connection()
+            counts = dict(conn.execute("SELECT state, count(*) FROM fences GROUP BY state").fetchall())
+            oldest, newest = conn.execute("SELECT min(updated_at), max(updated_at) FROM fences").fetchone()
             return FenceStats(
                 total=sum(counts.values()),
                 pending=counts.get("pending", 0),
@@ -288,8 +295,7 @@ class SqliteFenceStore:
         params.append(int(limit))
 
         def op() -> list[FenceRecord]:
-            assert self._conn is not None
-            return [record_from_row(r) for r in self._conn.execute(sql, params).fetchall()]
+            return [record_from_row(r) for r in self._connection().execute(sql, params).fetchall()]
 
         return await self._run(op)
 

@@ -1,0 +1,153 @@
+"""`dex-agent run | resume | demo`, and the host every agent command builds around the turn loop.
+
+Everything that can be refused is checked before a turn starts: the model, the tokens, the
+settings, the continuation hook, the host API's port (bound first). A turn that fails prints one
+line on stderr and `run` exits 1 (also for a turn cancelled or stopped by a spend limit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import sys
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+
+import anyio
+
+from .approvals import ApprovalGate, ApprovalMode
+from .approvals_api import checked_tokens
+from .approvals_server import ApprovalsServer, bind_loopback
+from .builtins import Builtins
+from .cli_images import image_library, show_images, user_images
+from .cli_settings import resolve_settings, settings_changes
+from .console import Console, ConsoleQuestioner
+from .continuation import load_hook
+from .credentials import agent_token, approver_token
+from .gateway_tools import GatewayToolSource
+from .host_api import host_app
+from .images import ImageLibrary
+from .loop import AgentConfig, TurnLoop
+from .models.base import ModelClient
+from .models.openai_compat import OpenAICompatClient, OpenAIConfig
+from .models.scripted import ScriptedModelClient, load_script
+from .plan_flow import after_planning_turn
+from .records import TurnMode, TurnRecord, TurnStatus
+from .tasks import HostTasks
+from .store import SessionStore, store_path
+
+DEFAULT_MODEL = "scripted"
+
+
+@dataclass
+class Host:
+    loop: TurnLoop
+    store: SessionStore
+    session_id: str
+    model: str
+    console: Console
+    mode: ApprovalMode
+    api_url: str | None = None
+    images: ImageLibrary | None = None
+
+
+def model_client(spec: str, args: argparse.Namespace) -> ModelClient:
+    if spec == "scripted" or spec.startswith("scripted:"):
+        return ScriptedModelClient(load_script(spec.partition(":")[2]), name=spec)
+    if spec.startswith("openai:") and spec != "openai:":
+        config = OpenAIConfig.from_env(spec.partition(":")[2], base_url=args.openai_base_url, stream=not args.no_stream)
+        return OpenAICompatClient(config)
+    raise ValueError(f"unknown model {spec!r}: use scripted, scripted:module:function or openai:<model>")
+
+
+def _api_socket(args: argparse.Namespace, token: str | None) -> tuple[list[str], socket.socket] | None:
+    """The approver tokens and the bound port of the in-process host API (None: not asked for).
+    ValueError, before anything starts, when it could not be served."""
+    if args.approvals_port is None:
+        return None
+    approvers, _ = checked_tokens([approver_token(args) or ""], [token or ""])
+    return approvers, bind_loopback(args.approvals_port)
+
+
+@asynccontextmanager
+async def open_host(args: argparse.Namespace, console: Console) -> AsyncIterator[Host]:
+    token = agent_token(args)
+    hook = load_hook(args.continuation_hook) if args.continuation_hook else None
+    api = _api_socket(args, token)
+    async with AsyncExitStack() as stack:
+        if api is not None:
+            stack.callback(api[1].close)
+        store = await stack.enter_async_context(SessionStore(store_path(args.store)))
+        session = await store.get_session(args.session) if args.session else None
+        settings = resolve_settings(session.settings if session else {}, settings_changes(args))
+        # Continuing a session keeps its model unless --model says otherwise.
+        spec = settings.model or (session.model if session is not None else DEFAULT_MODEL)
+        clients: dict[str, ModelClient] = {spec: model_client(spec, args)}
+        model = clients[spec]
+        if session is None:
+            session = await store.create_session(model.name, args.gateway, args.session, settings.stored())
+        elif settings.stored() != session.settings:
+            session = await store.set_settings(session.id, settings.stored(), settings.model)
+
+        def resolve(name: str) -> ModelClient:
+            if name not in clients:
+                clients[name] = model_client(name, args)
+            return clients[name]
+
+        mode: ApprovalMode = "auto" if args.yes else args.approve
+        console.others_can_answer = api is not None
+        gate = ApprovalGate(store, mode, prompter=console, timeout_seconds=args.approval_timeout, on_card=console.approval_card)
+        builtins = Builtins(store, ConsoleQuestioner(console), question_timeout=args.approval_timeout, api_answers=api is not None)
+        library = image_library(store_path(args.store), args.gateway, token)
+        tools = GatewayToolSource(args.gateway, token=token, call_timeout=args.call_timeout, images=library,
+                                  tasks=HostTasks(store_path(args.store)))
+        config = AgentConfig(max_model_calls=args.max_model_calls, **({"instructions": args.instructions} if args.instructions else {}))
+        loop = TurnLoop(store, model, tools, gate, builtins, config, console, models=resolve, continuation=hook, images=library)
+        async with anyio.create_task_group() as tg:
+            server: ApprovalsServer | None = None
+            if api is not None:
+                server = ApprovalsServer(host_app(store, api[0], [token or ""]), api[1])
+                tg.start_soon(server.serve)
+                console.say(f"approvals API on {server.url}")
+                console.say(f"web page on {server.page_url(session.id)}")
+            yield Host(loop, store, session.id, spec, console, mode, server.base_url if server else None, library)
+            if server is not None:
+                server.stop()
+
+
+def report(console: Console, turn: TurnRecord | None) -> int:
+    if turn is None:
+        return 0
+    console.say()
+    if turn.status is not TurnStatus.COMPLETED:
+        verb = {TurnStatus.CANCELLED: "was cancelled", TurnStatus.STOPPED: "stopped"}.get(turn.status, "failed")
+        print(f"dex-agent: turn {turn.id} {verb}: {turn.error}", file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    async def go() -> int:
+        console = Console()
+        async with open_host(args, console) as host:
+            console.say(f"session {host.session_id} · model {host.model}")
+            code = 0
+            unfinished = await host.store.unfinished_turn(host.session_id)
+            if unfinished is not None:
+                console.say(f"resuming {unfinished.id}: {unfinished.user_text}")
+                code = report(console, await host.loop.resume(host.session_id))
+            images = await user_images(host.images, args) if host.images else []
+            if args.message:
+                console.say(f"you> {args.message}")
+                show_images(console, images)
+                mode = TurnMode.PLANNING if getattr(args, "plan", False) else TurnMode.CHAT
+                turn = await host.loop.run_turn(host.session_id, args.message, mode, images)
+                code = report(console, turn)
+                if code == 0 and mode is TurnMode.PLANNING:
+                    code = report(console, await after_planning_turn(host, ask=True, timeout=args.approval_timeout))
+            elif unfinished is None and args.command != "resume":
+                raise ValueError("nothing to do: give a message, or --session with an unfinished turn")
+            return code
+
+    return anyio.run(go)

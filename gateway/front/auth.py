@@ -1,0 +1,93 @@
+"""Who is calling: bearer tokens mapped to principals, and the guard that requires one.
+
+Tokens are stored as SHA-256 hex (a leaked config holds no usable token) and compared in
+constant time. Without configured tokens every request is the anonymous principal.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from dataclasses import dataclass
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ..config import AuthConfig, TokenConfig
+from ..principals import ANONYMOUS, PRINCIPAL_SCOPE_KEY
+from .asgi import header, refuse
+
+__all__ = ["Authenticator", "BearerAuth", "sha256_hex"]
+
+# JSON-RPC has no code for "unauthorized" and mcp_types names none: -32000 is the first of the
+# implementation-defined server errors; the HTTP status (401) is what clients act on.
+_UNAUTHORIZED = -32000
+
+
+def sha256_hex(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class Authenticator:
+    config: AuthConfig
+
+    @property
+    def enabled(self) -> bool:
+        return self.config.enabled
+
+    def principal(self, authorization: str | None) -> str | None:
+        """The principal a bearer token maps to; None when the token is missing or unknown."""
+        if not self.config.tokens:
+            return ANONYMOUS
+        token = _bearer(authorization)
+        if token is None:
+            return None
+        entry = self._match(token)
+        return entry.principal if entry else None
+
+    def is_admin(self, authorization: str | None) -> bool:
+        token = _bearer(authorization)
+        expected = self.config.admin_token_sha256
+        if token is None or expected is None:
+            return False
+        return hmac.compare_digest(sha256_hex(token), expected.lower())
+
+    def _match(self, token: str) -> TokenConfig | None:
+        digest = sha256_hex(token)
+        found = None
+        for entry in self.config.tokens:
+            # Compare every entry in constant time so timing does not reveal which one matched.
+            if hmac.compare_digest(digest, entry.token_sha256.lower()):
+                found = entry
+        return found
+
+
+def _bearer(authorization: str | None) -> str | None:
+    if not authorization:
+        return None
+    scheme, _, value = authorization.partition(" ")
+    return value.strip() or None if scheme.lower() == "bearer" else None
+
+
+class BearerAuth:
+    """401 without a known bearer token; otherwise the principal goes into the ASGI scope."""
+
+    def __init__(self, app: ASGIApp, authenticator: Authenticator) -> None:
+        self._app = app
+        self._auth = authenticator
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            authorization = header(scope, b"authorization")
+            principal = self._auth.principal(authorization.decode("latin-1") if authorization is not None else None)
+            if principal is None:
+                await refuse(
+                    send,
+                    401,
+                    _UNAUTHORIZED,
+                    "Unauthorized: send 'Authorization: Bearer <token>' with a token configured in auth.tokens",
+                    [(b"www-authenticate", b'Bearer realm="dex-mcp-gateway"')],
+                )
+                return
+            scope[PRINCIPAL_SCOPE_KEY] = principal
+        await self._app(scope, receive, send)

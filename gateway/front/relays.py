@@ -1,0 +1,111 @@
+"""How what an upstream says during a call reaches the calling client, per entry.
+
+* `SessionRelay`: a request served by the SDK (a live session can carry requests back, e.g.
+  elicitation and sampling on a stateful handshake-era session).
+* `StreamRelay`: a request served by the fast path: notifications become events on the
+  request's own response stream; server-to-client requests are refused (no session).
+
+Log notifications follow the SDK's rule for both: on 2026-07-28 only levels the request opted
+into (`io.modelcontextprotocol/logLevel`), on the handshake era every level.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import mcp_types as types
+from mcp.server import ServerRequestContext
+from mcp.server.connection import allowed_log_levels
+from mcp.shared.exceptions import MCPError, NoBackChannelError
+from mcp.shared.message import ServerMessageMetadata
+from mcp_types import METHOD_NOT_FOUND
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from ..relay import RelayRefused
+
+__all__ = ["EventSink", "SessionRelay", "StreamRelay"]
+
+logger = logging.getLogger(__name__)
+
+
+class EventSink(Protocol):
+    """Where a fast-path request's notifications go (its response stream)."""
+
+    async def event(self, message: dict[str, Any]) -> None: ...
+
+
+class StreamRelay:
+    """Notifications as events on the request's own response stream."""
+
+    def __init__(self, sink: EventSink, meta: Mapping[str, Any], protocol_version: str) -> None:
+        self._sink = sink
+        self._token = meta.get("progressToken")
+        self._log_levels = allowed_log_levels(protocol_version, meta)
+
+    async def progress(self, progress: float, total: float | None, message: str | None) -> None:
+        if self._token is None:
+            return
+        params: dict[str, Any] = {"progressToken": self._token, "progress": progress}
+        if total is not None:
+            params["total"] = total
+        if message is not None:
+            params["message"] = message
+        await self._sink.event({"jsonrpc": "2.0", "method": "notifications/progress", "params": params})
+
+    async def log(self, params: dict[str, Any]) -> None:
+        if params.get("level") in self._log_levels:
+            await self._sink.event({"jsonrpc": "2.0", "method": "notifications/message", "params": params})
+
+    async def request(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+        raise RelayRefused.no_session(method)
+
+
+class _AnyResult(BaseModel):
+    """A client's answer to a relayed request, kept as it came (the SDK validates it by method)."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class SessionRelay:
+    """What an upstream says during one SDK-served request, sent back on that request's session."""
+
+    def __init__(self, ctx: ServerRequestContext[Any]) -> None:
+        self._ctx = ctx
+        self._token = (ctx.meta or {}).get("progress_token")
+
+    async def progress(self, progress: float, total: float | None, message: str | None) -> None:
+        if self._token is None:
+            return
+        try:
+            await self._ctx.session.send_progress_notification(
+                self._token, progress, total, message, related_request_id=self._ctx.request_id
+            )
+        except Exception:  # noqa: BLE001 - a lost progress notice must not fail the call
+            logger.debug("progress notification dropped", exc_info=True)
+
+    async def log(self, params: dict[str, Any]) -> None:
+        try:
+            await self._ctx.session.send_log_message(
+                params.get("level"), params.get("data"), params.get("logger"), related_request_id=self._ctx.request_id
+            )
+        except Exception:  # noqa: BLE001 - a lost log line must not fail the call
+            logger.debug("log notification dropped", exc_info=True)
+
+    async def request(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+        try:
+            request = types.server_request_adapter.validate_python(
+                {"method": method, **({"params": params} if params is not None else {})}
+            )
+        except ValidationError:
+            raise RelayRefused(METHOD_NOT_FOUND, f"{method} cannot be relayed by the gateway") from None
+        try:
+            result = await self._ctx.session.send_request(
+                request, _AnyResult, metadata=ServerMessageMetadata(related_request_id=self._ctx.request_id)
+            )
+        except NoBackChannelError:
+            raise RelayRefused.no_session(method) from None
+        except MCPError as exc:
+            raise RelayRefused(exc.error.code, exc.error.message) from None
+        return result.model_dump(by_alias=True, mode="json", exclude_none=True)

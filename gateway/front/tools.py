@@ -1,0 +1,137 @@
+"""`tools/call` and `tools/list` for every entry: parse the params, answer in the era's wire form.
+
+Both entries (the fast path and the SDK handlers) call these and only parse the request and
+write the response themselves; everything between the parsed call and the wire dict happens
+here and in the pipeline (gateway/calls.py), once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
+
+from ..calls import CallPipeline, ToolCall
+from ..catalog import Catalog
+from ..conventions.answers import Answer
+from ..errors import RequestError
+from ..relay import CallRelay
+from ..scope import PrincipalScope
+from ..tasks import Tasks
+from .wire import encode_message, list_result, tool_result
+
+__all__ = ["ToolCallRequest", "ToolCalls", "ToolListing", "parse_tool_call"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallRequest:
+    """The params of one `tools/call`, checked."""
+
+    name: str
+    arguments: dict[str, Any]
+    meta: dict[str, Any]
+    task: dict[str, Any] | None = None
+
+
+def parse_tool_call(params: Any) -> ToolCallRequest:
+    """Checked `tools/call` params; RequestError (-32602) naming the first bad member."""
+    if not isinstance(params, dict):
+        raise RequestError(INVALID_PARAMS, "tools/call: params must be an object with the tool's name")
+    name = params.get("name")
+    if not isinstance(name, str) or not name:
+        raise RequestError(INVALID_PARAMS, "tools/call: params.name must be a non-empty string")
+    arguments = params.get("arguments")
+    if arguments is not None and not isinstance(arguments, dict):
+        raise RequestError(INVALID_PARAMS, "tools/call: params.arguments must be an object")
+    meta = params.get("_meta")
+    if meta is not None and not isinstance(meta, dict):
+        raise RequestError(INVALID_PARAMS, "tools/call: params._meta must be an object")
+    task = params.get("task")
+    if task is not None and not isinstance(task, dict):
+        raise RequestError(INVALID_PARAMS, "tools/call: params.task must be an object")
+    return ToolCallRequest(name, arguments or {}, dict(meta) if meta else {}, task)
+
+
+class ToolCalls:
+    """Answers `tools/call` for a principal: the pipeline, then the era's wire dict."""
+
+    def __init__(self, pipeline: CallPipeline, server_info: Mapping[str, Any], tasks: Tasks | None = None) -> None:
+        self._pipeline = pipeline
+        self._server_info = server_info
+        self._tasks = tasks
+
+    async def result(
+        self, principal: str, request: ToolCallRequest, relay: CallRelay | None, *, modern: bool
+    ) -> dict[str, Any]:
+        """The wire result; raises RequestError (the JSON-RPC error to answer instead)."""
+        call = ToolCall(principal=principal, name=request.name, arguments=request.arguments, meta=request.meta, relay=relay)
+        try:
+            created: dict[str, Any] | Answer | None = None
+            if self._tasks is not None:
+                # The gateway answers with a task (gateway/tasks/) when the client asked for one, or
+                # (2026-07-28) when it takes tasks and the tool (or the upstream) makes one.
+                created = await self._tasks.tool_call(
+                    principal, request.name, request.arguments, request.meta, request.task,
+                    modern=modern, era=_era(modern),
+                )
+                if isinstance(created, dict):
+                    return created
+            answer = created if isinstance(created, Answer) else await self._pipeline.call(call)
+            if self._tasks is not None:
+                answer = await self._tasks.resolve(principal, answer)
+        except RequestError:
+            raise
+        except Exception:
+            # A gateway bug: logged with its traceback, answered without one.
+            logger.exception("tools/call %s failed inside the gateway", request.name)
+            raise RequestError(INTERNAL_ERROR, "internal gateway error; see the gateway log") from None
+        return tool_result(answer, modern=modern, server_info=self._server_info)
+
+
+class ToolListing:
+    """The merged `tools/list` result, built and encoded once per catalog version, principal
+    scope and era (1,000 tools are a 300 KB answer: never rebuilt per request)."""
+
+    def __init__(self, catalog: Catalog, scope: PrincipalScope, server_info: Mapping[str, Any]) -> None:
+        self._catalog = catalog
+        self._scope = scope
+        self._server_info = server_info
+        self._version: object = None
+        self._cache: dict[tuple[Any, bool], tuple[dict[str, Any], bytes]] = {}
+
+    async def result(self, principal: str, *, modern: bool) -> dict[str, Any]:
+        """The result dict (a fresh top level: callers may add to it)."""
+        return dict((await self._entry(principal, modern))[0])
+
+    async def encoded(self, principal: str, *, modern: bool) -> bytes:
+        """The result as JSON bytes, encoded as this era's transport encodes results."""
+        return (await self._entry(principal, modern))[1]
+
+    async def _entry(self, principal: str, modern: bool) -> tuple[dict[str, Any], bytes]:
+        version, routes = await self._catalog.tools_snapshot()
+        if version != self._version:
+            self._version, self._cache = version, {}
+        key = (self._scope.key(principal), modern)
+        entry = self._cache.get(key)
+        if entry is None:
+            tools = [_for_era(r.definition, modern) for r in routes if self._scope.may_use_tool(principal, r.name, r.upstream)]
+            result = list_result("tools", tools, modern=modern, server_info=self._server_info)
+            entry = (result, encode_message(result, modern=modern))
+            self._cache[key] = entry
+        return entry
+
+
+def _era(modern: bool) -> str:
+    return "2026-07-28" if modern else "2025-11-25"
+
+
+def _for_era(definition: dict[str, Any], modern: bool) -> dict[str, Any]:
+    """2026-07-28 tools carry no `execution` (tasks are an extension there; the server decides)."""
+    if modern and "execution" in definition:
+        return {k: v for k, v in definition.items() if k != "execution"}
+    return definition

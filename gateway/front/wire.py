@@ -1,0 +1,71 @@
+"""The wire form of what the front answers, per protocol era: one place for every entry.
+
+Both entries (the fast path and the SDK handlers) hand their answers here, so a result, an
+error and the bytes they become are the same whichever entry took the request:
+
+* results of the 2026-07-28 era carry `resultType: "complete"` and the gateway's
+  `serverInfo` stamp in `_meta` (handshake-era results carry neither);
+* messages are encoded as the SDK's transports encode them, so an answer the SDK writes and
+  one the fast path writes are byte for byte the same: pydantic's JSON on the handshake era
+  (`model_dump_json`), compact `json.dumps` with ASCII escapes on 2026-07-28.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import pydantic_core
+from mcp_types import SERVER_INFO_META_KEY
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from ..conventions.answers import Answer
+
+__all__ = ["RESULT_COMPLETE", "encode_message", "error_object", "is_modern", "list_result", "result_wire", "tool_result"]
+
+RESULT_COMPLETE = "complete"
+
+
+def is_modern(protocol_version: str | None) -> bool:
+    """Whether a request of this protocol version is on the 2026-07-28 (per-request) era."""
+    return protocol_version in MODERN_PROTOCOL_VERSIONS
+
+
+def result_wire(result: dict[str, Any], *, modern: bool, server_info: Mapping[str, Any]) -> dict[str, Any]:
+    """A result dict as this era's wire wants it (adds the 2026 keys in place; returns it)."""
+    if modern:
+        result["resultType"] = RESULT_COMPLETE
+        meta = result.get("_meta")
+        if not isinstance(meta, dict):
+            result["_meta"] = {SERVER_INFO_META_KEY: dict(server_info)}
+        elif meta.get(SERVER_INFO_META_KEY) is None:
+            result["_meta"] = {**meta, SERVER_INFO_META_KEY: dict(server_info)}
+    return result
+
+
+def list_result(key: str, items: list[Any], *, modern: bool, server_info: Mapping[str, Any]) -> dict[str, Any]:
+    """A complete (one page) list result; on 2026-07-28 with its freshness hints (SEP-2549):
+    immediately stale and private, because what a principal may list is its own."""
+    result: dict[str, Any] = {"ttlMs": 0, "cacheScope": "private", key: items} if modern else {key: items}
+    return result_wire(result, modern=modern, server_info=server_info)
+
+
+def tool_result(answer: Answer, *, modern: bool, server_info: Mapping[str, Any]) -> dict[str, Any]:
+    """The `tools/call` result of an answer (fresh top-level dict; content shared, never mutated)."""
+    return result_wire(answer.to_wire(), modern=modern, server_info=server_info)
+
+
+def error_object(code: int, message: str, data: Any = None) -> dict[str, Any]:
+    """A JSON-RPC `error` member, shaped as the SDK writes one (`data` only when present)."""
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return error
+
+
+def encode_message(message: Mapping[str, Any], *, modern: bool) -> bytes:
+    """One JSON-RPC message as bytes, exactly as the SDK transport of that era writes it."""
+    if modern:
+        return json.dumps(message, separators=(",", ":")).encode()
+    return pydantic_core.to_json(message)

@@ -1,0 +1,132 @@
+"""Who may read which image: one row per (principal, sha256) an answer carried to a principal.
+
+A principal reads back (GET /media, resources/read) only images that reached it in a result;
+any other hash is answered exactly like a missing one. The rows live in the gateway's one
+database (`fences.store`): the SQLite file, or the PostgreSQL schema on the shared pool, so
+every replica sees them. Inserts are idempotent (a replayed or repeated image adds nothing).
+
+    dex_media_grants (principal, sha256, granted_at)   primary key (principal, sha256)
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+from typing import Protocol
+
+from ..database import Database, PoolLease, SqliteConnections, lock_schema
+from ..private_files import private_file
+from ..storage_urls import parse_sqlite_url
+
+__all__ = ["GRANTS_TABLE", "GrantStore", "MemoryGrantStore", "PostgresGrantStore", "SqliteGrantStore", "open_grant_store"]
+
+GRANTS_TABLE = "dex_media_grants"
+_COLUMNS = "principal TEXT NOT NULL, sha256 TEXT NOT NULL, granted_at DOUBLE PRECISION NOT NULL, PRIMARY KEY (principal, sha256)"
+
+
+class GrantStore(Protocol):
+    async def open(self) -> None: ...
+    async def close(self) -> None: ...
+    async def grant(self, principal: str, hashes: list[str]) -> None:
+        """Record that these images reached `principal` (idempotent)."""
+        ...
+    async def granted(self, principal: str, sha256: str) -> bool: ...
+
+
+def open_grant_store(database: Database) -> GrantStore:
+    """The grants table in the gateway's database (not yet opened)."""
+    if database.scheme == "memory":
+        return MemoryGrantStore()
+    if database.scheme == "sqlite":
+        return SqliteGrantStore(parse_sqlite_url(database.url).path)
+    if database.scheme == "postgresql":
+        return PostgresGrantStore(database)
+    raise ValueError(f"unsupported database URL scheme {database.scheme!r}")
+
+
+class MemoryGrantStore:
+    def __init__(self) -> None:
+        self.rows: set[tuple[str, str]] = set()
+
+    async def open(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    async def grant(self, principal: str, hashes: list[str]) -> None:
+        self.rows.update((principal, h) for h in hashes)
+
+    async def granted(self, principal: str, sha256: str) -> bool:
+        return (principal, sha256) in self.rows
+
+
+class SqliteGrantStore:
+    """In the gateway's SQLite file, beside the fences and the registrations (WAL)."""
+
+    def __init__(self, path: str | Path, *, busy_timeout_ms: int = 10_000) -> None:
+        self._db = SqliteConnections(path, busy_timeout_ms=busy_timeout_ms)
+
+    async def open(self) -> None:
+        private_file(self._db.path)
+        await self._db.run(_sqlite_migrate)
+
+    async def close(self) -> None:
+        return None
+
+    async def grant(self, principal: str, hashes: list[str]) -> None:
+        if hashes:
+            await self._db.run(_sqlite_grant, principal, hashes, time.time())
+
+    async def granted(self, principal: str, sha256: str) -> bool:
+        return await self._db.run(_sqlite_granted, principal, sha256)
+
+
+def _sqlite_migrate(conn: sqlite3.Connection) -> None:
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute(f"CREATE TABLE IF NOT EXISTS {GRANTS_TABLE} ({_COLUMNS}) WITHOUT ROWID")
+
+
+def _sqlite_grant(conn: sqlite3.Connection, principal: str, hashes: list[str], now: float) -> None:
+    with conn:  # one transaction
+        conn.execute("BEGIN IMMEDIATE")
+        conn.executemany(
+            f"INSERT OR IGNORE INTO {GRANTS_TABLE} (principal, sha256, granted_at) VALUES (?, ?, ?)",
+            [(principal, h, now) for h in hashes],
+        )
+
+
+def _sqlite_granted(conn: sqlite3.Connection, principal: str, sha256: str) -> bool:
+    row = conn.execute(f"SELECT 1 FROM {GRANTS_TABLE} WHERE principal = ? AND sha256 = ?", (principal, sha256)).fetchone()
+    return row is not None
+
+
+class PostgresGrantStore:
+    """On the gateway's shared asyncpg pool (the fence store's `Database`)."""
+
+    def __init__(self, database: Database, *, owns_database: bool = False) -> None:
+        self.schema = database.postgres.schema  # checked when the URL was parsed
+        self._lease = PoolLease(database, owner=owns_database, name="media grants")
+        self._table = f'"{self.schema}".{GRANTS_TABLE}'
+
+    async def open(self) -> None:
+        if self._lease.held:
+            return
+        async with self._lease.opening() as pool, pool.acquire() as conn, conn.transaction():
+            await lock_schema(conn, self.schema, "dex media grants")
+            await conn.execute(f"CREATE TABLE IF NOT EXISTS {self._table} ({_COLUMNS})")
+
+    async def close(self) -> None:
+        await self._lease.release()
+
+    async def grant(self, principal: str, hashes: list[str]) -> None:
+        if hashes:
+            await self._lease.pool.executemany(
+                f"INSERT INTO {self._table} (principal, sha256, granted_at) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+                [(principal, h, time.time()) for h in hashes],
+            )
+
+    async def granted(self, principal: str, sha256: str) -> bool:
+        row = await self._lease.pool.fetchval(f"SELECT 1 FROM {self._table} WHERE principal = $1 AND sha256 = $2", principal, sha256)
+        return row is not None

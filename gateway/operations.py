@@ -1,0 +1,94 @@
+"""What running the gateway in production adds around the request path, in one object the app
+holds: telemetry (spans, metrics), rate limits, the drain, and the limits on open GET streams.
+
+    ops = Operations.from_config(config, drain=drain)     # in create_app
+    mcp = ops.wrap_mcp(mcp_endpoint)                       # DrainGate(IdleStreams(...))
+    routes += ops.routes(authenticator)                    # /metrics
+    async with ops.running(): ...                          # in the lifespan
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+
+import anyio
+from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp
+
+from .config import GatewayConfig
+from .drain import Drain, DrainGate
+from .front.auth import Authenticator
+from .front.hosts import HostOriginPolicy
+from .front.streams import IdleStreams
+from .ratelimits import RateLimits
+from .telemetry import Telemetry, UpstreamState
+from .telemetry.endpoint import metrics_endpoint
+from .upstreams.listing import ListingCache
+
+__all__ = ["Operations"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Operations:
+    config: GatewayConfig
+    telemetry: Telemetry
+    limits: RateLimits
+    drain: Drain
+
+    @classmethod
+    def from_config(
+        cls, config: GatewayConfig, *, drain: Drain | None = None, telemetry: Telemetry | None = None,
+        instance_id: str | None = None,
+    ) -> "Operations":
+        telemetry = telemetry or Telemetry.from_config(config.telemetry, instance_id=instance_id)
+        return cls(config, telemetry, RateLimits.from_config(config, telemetry.metrics), drain or Drain())
+
+    def wrap_mcp(self, endpoint: ASGIApp) -> ASGIApp:
+        """The `/mcp` endpoint with idle GET streams ended and the drain's gate in front."""
+        streams = IdleStreams(endpoint, self.config.server.stream_idle_seconds)
+        self.drain.watch_streams(streams)
+        return DrainGate(streams, self.drain)
+
+    def routes(self, authenticator: Authenticator) -> list[BaseRoute]:
+        if self.telemetry.metrics is None:
+            return []
+        endpoint = metrics_endpoint(
+            lambda: self.telemetry.metrics, authenticator, self.config.telemetry.metrics_token_sha256,
+            HostOriginPolicy(self.config.server),
+        )
+        return [Route("/metrics", endpoint)]
+
+    def not_ready(self) -> str | None:
+        """Why /readyz must answer 503 whatever the stores say (the drain), or None."""
+        return "draining" if self.drain.draining else None
+
+    def watch_upstreams(self, caches: Sequence[ListingCache]) -> None:
+        metrics = self.telemetry.metrics
+        if metrics is None:
+            return
+
+        def states() -> list[UpstreamState]:
+            out = []
+            for cache in caches:
+                up, age = cache.health()
+                out.append(UpstreamState(cache.upstream.name, up, age))
+            return out
+
+        metrics.watch_upstreams(states)
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """Install the tracer provider for the app's life; flush spans and close Redis after."""
+        self.telemetry.install()
+        try:
+            yield
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.limits.aclose()
+                # The exporter's HTTP client blocks: flush from a thread.
+                await anyio.to_thread.run_sync(self.telemetry.shutdown)

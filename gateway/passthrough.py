@@ -1,0 +1,137 @@
+"""Requests other than tools: passed to the upstream that serves them, answered as it answered.
+
+Resources (read, subscribe, unsubscribe), prompts (get), completion and the log level go to
+the upstream the catalog names for the resource URI or prompt; the answer comes back minus the
+keys of the upstream hop. A gateway media uri (`dex-gateway://media/sha256/<hash>`) is read
+from the media store instead, for a principal the image reached (gateway/media/serving.py).
+A client's mistake (an unknown prompt, a URI no upstream serves) is
+a RequestError; an upstream that fails is answered without its address or the exception
+(those go to the log).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
+
+from .calls import forwardable_meta
+from .catalog import Catalog, PromptRoute
+from .errors import RequestError, UpstreamError, UpstreamRpcError
+from .media.serving import MediaReader
+from .relay import CallRelay
+from .scope import PrincipalScope
+from .upstreams.results import without_hop_keys
+from .upstreams.upstream import Upstream
+
+__all__ = ["Passthrough"]
+
+logger = logging.getLogger(__name__)
+
+
+class Passthrough:
+    """Every method checks the principal's scope first: what it may not reach is answered as
+    if it did not exist (an unknown prompt, a URI no upstream serves)."""
+
+    def __init__(
+        self, catalog: Catalog, upstreams: Mapping[str, Upstream], scope: PrincipalScope, media: MediaReader | None = None
+    ) -> None:
+        self._catalog = catalog
+        self._upstreams = upstreams
+        self._scope = scope
+        self._media = media or MediaReader(None, None)
+
+    async def resources(self, principal: str) -> list[dict[str, Any]]:
+        routes = await self._catalog.resources()
+        return [r.definition for r in routes if self._scope.may_use_resource(principal, str(r.definition.get("uri")), r.upstream)]
+
+    async def resource_templates(self, principal: str) -> list[dict[str, Any]]:
+        routes = await self._catalog.resource_templates()
+        return [
+            r.definition
+            for r in routes
+            if self._scope.may_use_resource(principal, str(r.definition.get("uriTemplate")), r.upstream)
+        ]
+
+    async def prompts(self, principal: str) -> list[dict[str, Any]]:
+        routes = await self._catalog.prompts()
+        return [r.definition for r in routes if self._scope.may_use_prompt(principal, r.name, r.upstream)]
+
+    async def read_resource(self, principal: str, uri: str, meta: Mapping[str, Any], relay: CallRelay) -> dict[str, Any]:
+        if self._media.serves(uri):
+            return await self._media.read_resource(principal, uri)
+        return await self._forward(await self._serving(principal, uri), "resources/read", {"uri": uri}, meta, relay)
+
+    async def subscribe(self, principal: str, uri: str, meta: Mapping[str, Any], relay: CallRelay, *, on: bool) -> None:
+        method = "resources/subscribe" if on else "resources/unsubscribe"
+        await self._forward(await self._serving(principal, uri), method, {"uri": uri}, meta, relay)
+
+    async def get_prompt(
+        self, principal: str, name: str, arguments: Mapping[str, str] | None, meta: Mapping[str, Any], relay: CallRelay
+    ) -> dict[str, Any]:
+        route = await self._prompt(principal, name)
+        params: dict[str, Any] = {"name": route.target}
+        if arguments:
+            params["arguments"] = dict(arguments)
+        return await self._forward(route.upstream, "prompts/get", params, meta, relay)
+
+    async def complete(
+        self, principal: str, request: dict[str, Any], meta: Mapping[str, Any], relay: CallRelay
+    ) -> dict[str, Any]:
+        """`completion/complete` (`request`: its params minus `_meta`); the ref names prompt or resource."""
+        ref = dict(request.get("ref") or {})
+        if ref.get("type") == "ref/prompt":
+            route = await self._prompt(principal, str(ref.get("name")))
+            upstream, ref = route.upstream, {**ref, "name": route.target}
+        else:
+            upstream = await self._serving(principal, str(ref.get("uri")))
+        return await self._forward(upstream, "completion/complete", {**request, "ref": ref}, meta, relay)
+
+    async def set_log_level(self, principal: str, level: str) -> None:
+        """Pass the level on to every upstream in the principal's scope that logs (others are skipped)."""
+        names = self._scope.upstreams_for(principal, self._upstreams)
+        if not names:
+            raise RequestError(INVALID_PARAMS, "logging/setLevel: this principal's scope includes no upstream")
+
+        async def set_level(upstream: Upstream) -> None:
+            try:
+                await upstream.request("logging/setLevel", {"level": level})
+            except UpstreamError as exc:
+                logger.debug("upstream %s: logging/setLevel not applied: %s", upstream.name, exc)
+
+        async with anyio.create_task_group() as tg:
+            for name in names:
+                tg.start_soon(set_level, self._upstreams[name])
+
+    async def _prompt(self, principal: str, name: str) -> PromptRoute:
+        route = await self._catalog.prompt(name)
+        if route is None or not self._scope.may_use_prompt(principal, route.name, route.upstream):
+            raise RequestError(INVALID_PARAMS, f"unknown prompt {name!r}")
+        return route
+
+    async def _serving(self, principal: str, uri: str) -> str:
+        upstream = await self._catalog.resource_upstream(uri)
+        if upstream is None or not self._scope.may_use_resource(principal, uri, upstream):
+            raise RequestError(INVALID_PARAMS, f"no upstream serves resource {uri!r}")
+        return upstream
+
+    async def _forward(
+        self, upstream_name: str, method: str, params: dict[str, Any], meta: Mapping[str, Any], relay: CallRelay
+    ) -> dict[str, Any]:
+        upstream = self._upstreams[upstream_name]
+        forwarded = forwardable_meta(meta)
+        if forwarded:
+            params["_meta"] = forwarded
+        try:
+            result = await upstream.request(method, params, relay=relay)
+        except UpstreamRpcError as exc:
+            raise RequestError(exc.code, exc.rpc_message, exc.data) from None
+        except UpstreamError as exc:
+            logger.warning("%s failed: %s", method, exc)
+            raise RequestError(INTERNAL_ERROR, f"{method} failed: the upstream {upstream_name!r} did not answer") from None
+        if "_meta" in result:
+            result["_meta"] = without_hop_keys(result["_meta"]) or {}
+        return result

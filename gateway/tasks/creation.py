@@ -1,0 +1,227 @@
+"""Starting a task for a `tools/call`, under the call's fence.
+
+The fence of a keyed call is settled at once with a marker naming the task (one insert: see
+`Fences.settle`), so a retry with the same key gets the same task and never a second upstream
+task; the task's call then runs the pipeline's tail without the fence (`call_settled`). A key
+that already names a plain call runs the fenced pipeline instead (it replays, waits or refuses).
+
+Two ways in:
+
+* definite: the client asked (2025-11-25 `task`), or it takes tasks and the tool supports them
+  (2026-07-28): the task is written, its call started, its handle answered;
+* provisional (2026-07-28, an upstream that decides per call): the call starts at once; if the
+  upstream makes a task, the gateway's task is written before the client hears of it; if it
+  answers at once, so does the gateway (a keyed call's task is then written as completed, so
+  the fence's marker names a real task).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import secrets
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+from mcp_types import INTERNAL_ERROR, METHOD_NOT_FOUND
+
+from ..calls import CallPipeline, ToolCall
+from ..catalog import Catalog, ToolRoute
+from ..conventions.answers import Answer
+from ..conventions.keys import IDEMPOTENCY_KEY
+from ..errors import RequestError, UpstreamError
+from ..fences import Fences, fingerprint
+from ..scope import PrincipalScope
+from ..upstreams.upstream import Upstream
+from . import wire
+from .jobs import Job, RecordSink, TaskJobs
+from .markers import marker_answer, marker_task
+from .records import TaskRecord, TaskStatus
+from .store import TaskStore
+from .transitions import lose
+
+__all__ = ["MISSING_CAPABILITY", "TaskSettings", "TaskStarter", "call_job"]
+
+logger = logging.getLogger(__name__)
+
+MISSING_CAPABILITY = -32021  # SEP-2575: the client lacks a capability the request needs
+
+
+@dataclass(frozen=True)
+class TaskSettings:
+    augment: bool = True  # any tool runs as a task for a 2025-11-25 client that asks
+    default_ttl_ms: int = 24 * 3600 * 1000
+    max_ttl_ms: int = 24 * 3600 * 1000
+    poll_interval_ms: int = 500
+    plain_required: str = "wait"  # or "refuse": a taskSupport=required tool called without a task
+    keep_expired_seconds: float = 3600.0
+
+
+@dataclass
+class _Start:
+    """A task about to start: its record, and whether its fence is settled (run without the fence)."""
+
+    record: TaskRecord
+    settled: bool = False
+    existing: TaskRecord | None = None  # the key already names this task: answer it
+
+
+def call_job(pipeline: CallPipeline, call: ToolCall, sink: RecordSink, fence_id: str | None, *, settled: bool) -> Job:
+    """The job of a task: the pipeline's tail (without the fence when the task holds it)."""
+
+    async def run() -> tuple[Answer, dict[str, Any] | None]:
+        if settled:
+            answer = await pipeline.call_settled(call, fence_id=fence_id)
+        else:
+            answer = await pipeline.call(call)
+        return answer, sink.upstream_error
+
+    return run
+
+
+class TaskStarter:
+    def __init__(self, store: TaskStore, pipeline: CallPipeline, catalog: Catalog, scope: PrincipalScope,
+                 fences: Fences, upstreams: Mapping[str, Upstream], jobs: TaskJobs, settings: TaskSettings,
+                 server_info: Mapping[str, Any], clock: Callable[[], float],
+                 check: Callable[[TaskRecord], Awaitable[TaskRecord]]) -> None:
+        self._store = store
+        self._pipeline = pipeline
+        self._catalog = catalog
+        self._scope = scope
+        self._fences = fences
+        self._upstreams = upstreams
+        self._jobs = jobs
+        self._settings = settings
+        self._server_info = server_info
+        self._clock = clock
+        self._check = check  # the lost-task rule, applied to a task a retry finds
+
+    async def tool_call(self, principal: str, name: str, arguments: dict[str, Any], meta: dict[str, Any],
+                        task_param: dict[str, Any] | None, *, modern: bool, era: str) -> dict[str, Any] | Answer | None:
+        route = await self._catalog.tool(name)
+        if route is None or not self._scope.may_use_tool(principal, route.name, route.upstream):
+            return None  # the pipeline answers the unknown tool
+        if modern:
+            takes = wire.client_takes_tasks(meta)
+            if takes and route.task_support == "forbidden" and await self._upstream_decides(route):
+                return await self._provisional(principal, route, name, arguments, meta, era=era)
+            wanted = takes and route.task_support != "forbidden"
+        else:
+            wanted = task_param is not None and (self._settings.augment or route.task_support != "forbidden")
+        if not wanted:
+            if route.task_support == "required" and self._settings.plain_required == "refuse":
+                raise _refusal(route.name, modern)
+            return None
+        start = await self._settle(self._new_record(principal, route, era, self._ttl(task_param)), route, arguments, meta)
+        if start.existing is not None:
+            return wire.created(start.existing, modern=modern, server_info=self._server_info)
+        record = start.record
+        sink = RecordSink(self._store, record.task_id, self._clock, carries_input=modern, ttl_ms=record.ttl_ms)
+        call = ToolCall(principal=principal, name=name, arguments=arguments, meta=meta, task=sink)
+        await self._store.insert(record)
+        self._jobs.start(record.task_id, call_job(self._pipeline, call, sink, record.fence_id, settled=start.settled))
+        return wire.created(record, modern=modern, server_info=self._server_info)
+
+    def _new_record(self, principal: str, route: ToolRoute, era: str, ttl_ms: int) -> TaskRecord:
+        now = self._clock()
+        return TaskRecord(
+            task_id=secrets.token_urlsafe(24), principal=principal, tool=route.name, effect=route.effect, era=era,
+            status=TaskStatus.WORKING, created_at=now, updated_at=now, poll_interval_ms=self._settings.poll_interval_ms,
+            ttl_ms=ttl_ms, upstream=route.upstream, owner=self._jobs.owner, lease_until=now + self._jobs.lease_seconds,
+        )
+
+    def _ttl(self, task_param: dict[str, Any] | None) -> int:
+        asked = (task_param or {}).get("ttl")
+        if isinstance(asked, int) and not isinstance(asked, bool) and asked > 0:
+            return min(asked, self._settings.max_ttl_ms)
+        return self._settings.default_ttl_ms
+
+    async def _settle(self, record: TaskRecord, route: ToolRoute, arguments: dict[str, Any],
+                      meta: dict[str, Any]) -> _Start:
+        key = meta.get(IDEMPOTENCY_KEY)
+        if not isinstance(key, str) or not key:
+            return _Start(record)
+        inserted, fence = await self._fences.settle(principal=record.principal, key=key, tool=route.name,
+                                                    arguments=arguments, effect=route.effect,
+                                                    answer=marker_answer(record))
+        if inserted:
+            return _Start(dataclasses.replace(record, fence_id=fence.fence_id), settled=True)
+        same_call = fence.principal == record.principal and fence.fingerprint == fingerprint(route.name, arguments)
+        marker = marker_task(fence.answer) if same_call else None
+        if marker is None:
+            return _Start(record)  # the key names a plain call: the fenced pipeline decides
+        task_id, expires_at = marker
+        found = await self._store.get(task_id, record.principal)
+        if found is not None:
+            return _Start(record, existing=await self._check(found))
+        again = dataclasses.replace(record, task_id=task_id, fence_id=fence.fence_id)
+        if expires_at is not None and self._clock() >= expires_at:
+            lost = lose("its time to live ran out")(again) or again
+            await self._store.insert(lost)
+            return _Start(again, existing=lost)
+        # The process that settled the fence died before writing the task: nothing was sent.
+        logger.info("task %s: its fence was settled but the task never started; starting it now", task_id)
+        return _Start(again, settled=True)
+
+    async def _upstream_decides(self, route: ToolRoute) -> bool:
+        """A 2026-07-28 upstream lists no taskSupport: it decides per call whether to make a task."""
+        upstream = self._upstreams.get(route.upstream or "")
+        if upstream is None:
+            return False
+        try:
+            era, _ = await upstream.connection_facts()
+        except UpstreamError:
+            return False
+        return wire.is_modern(era)
+
+    async def _provisional(self, principal: str, route: ToolRoute, name: str, arguments: dict[str, Any],
+                           meta: dict[str, Any], *, era: str) -> dict[str, Any] | Answer:
+        start = await self._settle(self._new_record(principal, route, era, self._settings.default_ttl_ms), route,
+                                   arguments, meta)
+        if start.existing is not None:
+            return wire.created(start.existing, modern=True, server_info=self._server_info)
+        record = start.record
+        sink = RecordSink(self._store, record.task_id, self._clock, carries_input=True, ttl_ms=record.ttl_ms,
+                          provisional=record)
+        call = ToolCall(principal=principal, name=name, arguments=arguments, meta=meta, task=sink)
+        job = call_job(self._pipeline, call, sink, record.fence_id, settled=start.settled)
+        finished = anyio.Event()
+        answers: list[Answer] = []
+
+        async def run() -> tuple[Answer, dict[str, Any] | None]:
+            try:
+                outcome = await job()
+                answers.append(outcome[0])
+                return outcome
+            finally:
+                finished.set()
+
+        self._jobs.start(record.task_id, run)
+        async with anyio.create_task_group() as tg:
+            for event in (finished, sink.upstream_created):
+                tg.start_soon(_set_then_cancel, event, tg.cancel_scope)
+        if sink.upstream_created.is_set():
+            stored = await self._store.get(record.task_id)
+            return wire.created(stored or record, modern=True, server_info=self._server_info)
+        if not answers:
+            raise RequestError(INTERNAL_ERROR, "internal gateway error; see the gateway log")
+        if start.settled:
+            # The fence names this task: write it, ended, for a retry with the key.
+            await self._store.insert(dataclasses.replace(record, status=TaskStatus.COMPLETED, result=answers[0].to_wire(),
+                                                         owner=None, lease_until=None))
+        return answers[0]
+
+
+def _refusal(tool: str, modern: bool) -> RequestError:
+    if modern:
+        return RequestError(MISSING_CAPABILITY, f"the tool {tool} runs only as a task; declare the "
+                            f"{wire.TASKS_EXTENSION} extension in the request's client capabilities",
+                            {"requiredCapabilities": {"extensions": {wire.TASKS_EXTENSION: {}}}})
+    return RequestError(METHOD_NOT_FOUND, f"the tool {tool} runs only as a task: send tools/call with a task parameter")
+
+
+async def _set_then_cancel(event: anyio.Event, scope: anyio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()

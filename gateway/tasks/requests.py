@@ -1,0 +1,33 @@
+"""Which tools/call goes upstream as an upstream task (the pipeline asks, gateway/calls.py).
+
+Every upstream call goes through `UpstreamTaskCall`, which decides once it knows the upstream's era:
+
+* 2026-07-28 upstream: the call declares the tasks extension and the upstream decides (SEP-2663);
+  a task it hands out is polled to its end (a plain client waits for it);
+* handshake-era upstream: a tool whose upstream says `taskSupport: required`, always; a tool that
+  supports tasks (`optional`) when the call runs as a gateway task; any other: a plain request.
+
+The upstream task's id is stored with the gateway task, so another replica can carry on polling a
+stateless upstream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..calls import Request, ToolCall
+from ..catalog import ToolRoute
+from ..upstreams.upstream import Upstream
+from .upstream import UpstreamTaskCall
+
+__all__ = ["TaskRequests"]
+
+
+class TaskRequests:
+    def __init__(self, *, default_ttl_ms: int, clock: Callable[[], float]) -> None:
+        self._default_ttl_ms = default_ttl_ms
+        self._clock = clock
+
+    def for_call(self, upstream: Upstream, route: ToolRoute, call: ToolCall) -> Request | None:
+        return UpstreamTaskCall(upstream, route.name, route.effect, route.task_support, call.task,
+                                self._default_ttl_ms, self._clock).request

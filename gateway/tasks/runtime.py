@@ -1,0 +1,69 @@
+"""Tasks in the running gateway: the store opened in the app's lifespan, the service and its
+background loops (lease keeper, sweeper) started in the gateway's task group."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+
+from ..calls import CallPipeline
+from ..catalog import Catalog
+from ..config import TasksConfig
+from ..database import Database
+from ..fences import Fences
+from ..scope import PrincipalScope
+from ..upstreams.upstream import Upstream
+from .jobs import TaskJobs
+from .requests import TaskRequests
+from .service import TaskSettings, Tasks
+from .store import TaskStore, open_task_store
+
+__all__ = ["open_tasks_store", "start_tasks", "task_requests"]
+
+
+@asynccontextmanager
+async def open_tasks_store(config: TasksConfig, database: Database) -> AsyncIterator[TaskStore | None]:
+    """The task store (None when tasks are off), open for the body."""
+    if not config.enabled:
+        yield None
+        return
+    store = open_task_store(database)
+    await store.open()
+    try:
+        yield store
+    finally:
+        with anyio.CancelScope(shield=True):
+            await store.close()
+
+
+def task_requests(config: TasksConfig) -> TaskRequests | None:
+    """What the pipeline asks which calls go upstream as tasks (None when tasks are off)."""
+    if not config.enabled:
+        return None
+    return TaskRequests(default_ttl_ms=int(config.default_ttl_seconds * 1000), clock=time.time)
+
+
+def start_tasks(config: TasksConfig, store: TaskStore | None, tg: TaskGroup, *, pipeline: CallPipeline,
+                catalog: Catalog, scope: PrincipalScope, fences: Fences, upstreams: Mapping[str, Upstream],
+                server_info: Mapping[str, Any]) -> Tasks | None:
+    """The tasks service, its lease keeper and sweeper running in `tg` (None when tasks are off)."""
+    if store is None:
+        return None
+    jobs = TaskJobs(store, fences.owner, tg, lease_seconds=fences.lease_seconds, clock=time.time)
+    settings = TaskSettings(
+        augment=config.augment,
+        default_ttl_ms=int(config.default_ttl_seconds * 1000),
+        max_ttl_ms=int(config.max_ttl_seconds * 1000),
+        poll_interval_ms=config.poll_interval_ms,
+        plain_required=config.plain_required,
+        keep_expired_seconds=config.keep_expired_seconds,
+    )
+    tasks = Tasks(store, pipeline, catalog, scope, fences, upstreams, jobs, settings, server_info, time.time)
+    tg.start_soon(jobs.run_keeper)
+    tg.start_soon(tasks.run_sweeper, config.sweep_interval_seconds)
+    return tasks

@@ -1,0 +1,231 @@
+"""The gateway's tasks (SPEC 5): the one implementation every entry calls.
+
+    tool_call   a tools/call the gateway answers with a task (2025: the client sent `task`;
+                2026: the client declares the extension and the tool supports tasks), created
+                under the call's fence, its call run in the background by this process
+    get / result / cancel / list / update      the task methods of both eras
+    resolve     a plain retry whose fence holds a task answers the task's end
+    sweep       TTLs, and tasks whose process died: taken over (an upstream task any replica can
+                poll) or lost (failed; `outcome: unknown` unless the tool is a read)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import anyio
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
+
+from ..calls import CallPipeline, ToolCall
+from ..catalog import Catalog
+from ..conventions.answers import Answer
+from ..errors import RequestError, UpstreamError
+from ..fences import Fences
+from ..scope import PrincipalScope
+from ..upstreams.upstream import Upstream
+from . import wire
+from .creation import MISSING_CAPABILITY, TaskSettings, TaskStarter, call_job
+from .jobs import RecordSink, TaskJobs
+from .markers import TASK_MARKER_KEY, marker_task
+from .records import TaskRecord, TaskStatus
+from .store import TaskStore
+from .transitions import cancelled_error, change, lose
+
+__all__ = ["MISSING_CAPABILITY", "TaskSettings", "Tasks"]
+
+logger = logging.getLogger(__name__)
+
+_LIST_PAGE = 50
+
+
+class Tasks:
+    def __init__(self, store: TaskStore, pipeline: CallPipeline, catalog: Catalog, scope: PrincipalScope,
+                 fences: Fences, upstreams: Mapping[str, Upstream], jobs: TaskJobs, settings: TaskSettings,
+                 server_info: Mapping[str, Any], clock: Callable[[], float]) -> None:
+        self.store = store
+        self._pipeline = pipeline
+        self._catalog = catalog
+        self._scope = scope
+        self._fences = fences
+        self._upstreams = upstreams
+        self._jobs = jobs
+        self._settings = settings
+        self._server_info = server_info
+        self._clock = clock
+        self._starter = TaskStarter(store, pipeline, catalog, scope, fences, upstreams, jobs, settings, server_info,
+                                    clock, check=self._check)
+
+    # -- tools/call -------------------------------------------------------------------------
+
+    async def tool_call(self, principal: str, name: str, arguments: dict[str, Any], meta: dict[str, Any],
+                        task_param: dict[str, Any] | None, *, modern: bool, era: str) -> dict[str, Any] | Answer | None:
+        """The CreateTaskResult wire dict when this call runs as a task; an Answer when the upstream
+        was asked and answered at once (2026-07-28, it decides); None: a plain call. Raises
+        RequestError when a plain call of a task-required tool is refused (tasks.plain_required)."""
+        return await self._starter.tool_call(principal, name, arguments, meta, task_param, modern=modern, era=era)
+
+    async def resolve(self, principal: str, answer: Answer) -> Answer:
+        """A plain call whose fence holds a task (the client asked for a task before, and retries
+        without one, e.g. after a restart): the task's end, waited for."""
+        found = marker_task(answer.to_wire()) if TASK_MARKER_KEY in (answer.meta or {}) else None
+        if found is None:
+            return answer
+        record = await self._until_terminal(principal, found[0])
+        if record.status is TaskStatus.COMPLETED and record.result is not None:
+            return Answer.from_wire(record.result)
+        error = record.error or cancelled_error(record)
+        meta = (error.get("data") or {}).get("_meta") if isinstance(error.get("data"), dict) else None
+        return Answer(content=[{"type": "text", "text": f"MCP error {error['code']}: {error['message']}"}],
+                      is_error=True, meta=dict(meta) if meta else None)
+
+    # -- the task methods -------------------------------------------------------------------
+
+    async def get(self, principal: str, task_id: str, *, modern: bool) -> dict[str, Any]:
+        return wire.detailed(await self._current(principal, task_id), modern=modern, server_info=self._server_info)
+
+    async def result(self, principal: str, task_id: str) -> dict[str, Any]:
+        """2025-11-25 `tasks/result`: blocks until the task ends; its result, or its error raised."""
+        record = await self._until_terminal(principal, task_id)
+        if record.status is TaskStatus.COMPLETED:
+            return wire.related_result(record)
+        error = record.error or cancelled_error(record)
+        raise RequestError(int(error.get("code", INTERNAL_ERROR)), str(error.get("message", "")), error.get("data"))
+
+    async def _until_terminal(self, principal: str, task_id: str) -> TaskRecord:
+        while True:
+            record = await self._current(principal, task_id)
+            if record.status.terminal:
+                return record
+            await anyio.sleep(min(max(record.poll_interval_ms / 1000, 0.05), 1.0))
+
+    async def cancel(self, principal: str, task_id: str, *, modern: bool) -> dict[str, Any]:
+        record = await self._current(principal, task_id)
+        if record.status.terminal:
+            if modern:
+                return wire.ack(self._server_info)
+            if record.status is TaskStatus.CANCELLED:
+                return wire.detailed(record, modern=False, server_info=self._server_info)
+            raise RequestError(INVALID_PARAMS, f"task {task_id} has already ended ({record.status.value}); it cannot be cancelled")
+
+        def step(current: TaskRecord) -> TaskRecord | None:
+            if current.status.terminal:
+                return None
+            return dataclasses.replace(current, status=TaskStatus.CANCELLED, cancel_requested=True,
+                                       status_message="cancelled by the client", error=cancelled_error(current),
+                                       owner=None, lease_until=None, input_requests=None)
+
+        updated = await change(self.store, task_id, step, clock=self._clock) or record
+        if not self._jobs.cancel_local(task_id) and record.upstream_task_id and record.upstream_stateless:
+            await self._upstream_request(record, "tasks/cancel", {"taskId": record.upstream_task_id}, quiet=True)
+        if modern:
+            return wire.ack(self._server_info)
+        return wire.detailed(updated, modern=False, server_info=self._server_info)
+
+    async def list(self, principal: str, cursor: str | None) -> dict[str, Any]:
+        try:
+            before = float(cursor) if cursor else None
+        except ValueError:
+            raise RequestError(INVALID_PARAMS, f"tasks/list: invalid cursor {cursor!r}") from None
+        records = await self.store.list(principal=principal, limit=_LIST_PAGE + 1, before=before)
+        page = records[:_LIST_PAGE]
+        result: dict[str, Any] = {"tasks": [wire.task_fields(r, modern=False) for r in page]}
+        if len(records) > _LIST_PAGE:
+            result["nextCursor"] = repr(page[-1].created_at)
+        return result
+
+    async def update(self, principal: str, task_id: str, responses: dict[str, Any]) -> dict[str, Any]:
+        """2026-07-28 `tasks/update`: answers to the task's input requests, passed to its upstream task."""
+        record = await self._current(principal, task_id)
+        outstanding = record.input_requests or {}
+        answered = {k: v for k, v in responses.items() if k in outstanding}
+        if record.status is TaskStatus.INPUT_REQUIRED and answered and record.upstream_task_id:
+            await self._upstream_request(record, "tasks/update",
+                                         {"taskId": record.upstream_task_id, "inputResponses": answered})
+
+            def step(current: TaskRecord) -> TaskRecord | None:
+                if current.status is not TaskStatus.INPUT_REQUIRED:
+                    return None
+                left = {k: v for k, v in (current.input_requests or {}).items() if k not in answered}
+                return dataclasses.replace(current, input_requests=left or None,
+                                           status=TaskStatus.INPUT_REQUIRED if left else TaskStatus.WORKING)
+
+            await change(self.store, task_id, step, clock=self._clock)
+        return wire.ack(self._server_info)
+
+    async def _upstream_request(self, record: TaskRecord, method: str, params: dict[str, Any], *,
+                                quiet: bool = False) -> None:
+        upstream = self._upstreams.get(record.upstream or "")
+        try:
+            if upstream is None:
+                raise RequestError(INTERNAL_ERROR, f"the task's upstream {record.upstream!r} is not configured")
+            await upstream.request(method, wire.declaring_tasks(params, wire.is_modern(record.upstream_era)))
+        except (UpstreamError, RequestError) as exc:
+            if not quiet:
+                raise RequestError(INTERNAL_ERROR, f"{method} could not reach the task's upstream: {exc}") from None
+            logger.info("task %s: %s upstream failed: %s", record.task_id, method, exc)
+
+    # -- liveness: TTL, dead owners, takeover ---------------------------------------------------
+
+    async def _current(self, principal: str, task_id: str) -> TaskRecord:
+        record = await self.store.get(task_id, principal)
+        if record is None:
+            raise RequestError(INVALID_PARAMS, f"unknown task {task_id!r}")
+        return await self._check(record)
+
+    def _owner_dead(self, record: TaskRecord) -> bool:
+        owner = record.owner
+        if owner is None:
+            return True
+        if owner.replica_id == self._jobs.owner.replica_id and owner.boot_id != self._jobs.owner.boot_id:
+            return True
+        return record.lease_until is None or record.lease_until <= self._clock()
+
+    async def _check(self, record: TaskRecord) -> TaskRecord:
+        """The record after the lost-task rule and a takeover, when either applies."""
+        if record.status.terminal:
+            return record
+        if record.expired(self._clock()):
+            self._jobs.cancel_local(record.task_id)
+            return await change(self.store, record.task_id, lose("its time to live ran out"), clock=self._clock) or record
+        if self._jobs.running(record.task_id) or not self._owner_dead(record):
+            return record
+        if record.upstream_task_id and record.upstream_stateless:
+            return await self._take_over(record)
+        return await change(self.store, record.task_id, lose("the gateway process that ran it stopped"),
+                            clock=self._clock) or record
+
+    async def _take_over(self, record: TaskRecord) -> TaskRecord:
+        dead = record.owner
+
+        def step(current: TaskRecord) -> TaskRecord | None:
+            if current.status.terminal or current.owner != dead:
+                return None
+            return dataclasses.replace(current, owner=self._jobs.owner,
+                                       lease_until=self._clock() + self._jobs.lease_seconds)
+
+        taken = await change(self.store, record.task_id, step, clock=self._clock)
+        if taken is None or taken.owner != self._jobs.owner or taken.status.terminal:
+            return taken or record
+        logger.info("task %s: its process stopped; polling upstream task %s from here", record.task_id,
+                    record.upstream_task_id)
+        sink = RecordSink(self.store, record.task_id, self._clock, carries_input=wire.is_modern(record.era),
+                          ttl_ms=record.ttl_ms, resume_task_id=record.upstream_task_id)
+        call = ToolCall(principal=record.principal, name=record.tool, arguments={}, meta={}, task=sink)
+        self._jobs.start(record.task_id, call_job(self._pipeline, call, sink, record.fence_id, settled=True))
+        return taken
+
+    async def sweep_once(self) -> None:
+        for record in await self.store.active():
+            await self._check(record)
+        await self.store.delete_expired(self._clock() - self._settings.keep_expired_seconds)
+
+    async def run_sweeper(self, interval: float) -> None:
+        while True:
+            await anyio.sleep(interval)
+            try:
+                await self.sweep_once()
+            except Exception:  # noqa: BLE001 - housekeeping: log any failure, try again next round
+                logger.warning("task sweep failed; will retry", exc_info=True)

@@ -1,0 +1,1 @@
+"""Task store implementations (import the one you need; see `open_task_store`)."""

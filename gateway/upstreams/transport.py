@@ -1,0 +1,363 @@
+"""The upstream HTTP transport: one small interface, on aiohttp for `http://` and `https://`.
+
+`HttpConnection` speaks MCP over an `HttpTransport`, shaped like httpx's transports: one main
+method, `stream(request)`, an async context manager that sends the request and enters with the
+response once its head is read. The body is read whole (`aread`) or line by line as it arrives
+(`aiter_lines`, for SSE); `drain` reads what is left so the connection can be reused. Leaving
+the block hands a fully read connection back to the keep-alive pool and closes any other.
+`MockTransport` (gateway/upstreams/mock_transport.py) is the in-memory one for unit tests.
+
+Error meanings (classes in gateway/errors.py), the signal the outcome rules depend on:
+
+* `RequestNotSent` -- provably no byte of the request left: invalid URL, closed transport,
+  DNS failure, connection refused, connect or TLS handshake failure, connect timeout (waiting
+  for a pool slot included). Raised only before a connection was handed to the request.
+* `RequestMaybeSent` -- a connection was handed to the request, so its bytes may have reached
+  the server: reset or EOF after writing, a malformed response, a read error in the body.
+
+How "did any byte leave" is known: `_Connector.connect` is the last step before aiohttp writes
+the request. Any failure up to and including it is `RequestNotSent`; once it returned, the
+write follows in the same event-loop step and every failure is `RequestMaybeSent`. A pooled
+keep-alive connection the server closed while idle is never handed out: aiohttp keeps reading
+idle sockets and drops a closed one, and `connect` additionally polls a reused socket for a
+pending FIN/RST the loop has not processed yet, taking another connection instead. Only the
+inherent HTTP/1.1 race is left (the server's close crosses our request on the wire); it is
+reported as `RequestMaybeSent`, never retried.
+
+Never re-sent: aiohttp retries a request on a broken persistent connection only for methods
+in `aiohttp.client.IDEMPOTENT_METHODS` (GET, HEAD, OPTIONS, TRACE, PUT, DELETE), never POST,
+and redirects are not followed (a 307/308 would re-send a POST body), so a POST reaches the
+server at most once per `stream` call. Whether a call is sent again is the gateway's outcome
+rules' decision alone.
+
+Pool settings: keep-alive idle expiry 4 s (below uvicorn's and Node's 5 s, so we drop an idle
+connection before the server does), TCP_NODELAY (aiohttp sets it on every connection), no
+cookies, no decompression (no Accept-Encoding is sent either), no redirects, no proxy or netrc
+from the environment (upstreams are operator-configured endpoints; a proxy meant for other
+traffic must not silently carry MCP requests and their bearer headers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import re
+import select
+import ssl
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import aiohttp
+import anyio
+from aiohttp.abc import AbstractResolver
+from aiohttp.connector import Connection as _PooledConnection
+from aiohttp.http_exceptions import HttpProcessingError
+from yarl import URL
+
+from ..errors import RequestMaybeSent, RequestNotSent
+
+__all__ = [
+    "KEEPALIVE_SECONDS",
+    "USER_AGENT",
+    "AiohttpTransport",
+    "HttpRequest",
+    "HttpResponse",
+    "HttpTransport",
+    "ChunkedBody",
+    "iter_lines",
+    "ssl_context",
+]
+
+USER_AGENT = "dex-mcp-gateway"
+KEEPALIVE_SECONDS = 4.0
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+# Failures of an exchange once aiohttp holds a connection (HttpProcessingError: bad framing).
+_EXCHANGE_ERRORS = (aiohttp.ClientError, OSError, HttpProcessingError)
+# Failures before a connection was handed to the request (ValueError: invalid URL or header).
+_SETUP_ERRORS = (aiohttp.ClientError, OSError, HttpProcessingError, ValueError)
+
+
+@dataclass(slots=True)
+class HttpRequest:
+    """One request: `headers` are sent as given (plus the transport's defaults)."""
+
+    method: str
+    url: str
+    headers: Mapping[str, str] = field(default_factory=dict)
+    body: bytes = b""
+
+
+class HttpResponse(Protocol):
+    """A response whose head has been read. Read the body once: `aread()` or `aiter_lines()`."""
+
+    status: int
+    headers: Mapping[str, str]  # case-insensitive lookups (use lower-case names)
+
+    async def aread(self) -> bytes:
+        """The whole body; raises RequestMaybeSent when the connection breaks first."""
+        ...
+
+    def aiter_lines(self) -> AsyncIterator[str]:
+        """Decoded lines without their ending (\\r\\n, \\n or \\r), each as soon as it arrives."""
+        ...
+
+    async def drain(self, timeout: float) -> None:
+        """Read what is left of the body (at most `timeout` seconds), so the connection is reused."""
+        ...
+
+
+class HttpTransport(Protocol):
+    def stream(self, request: HttpRequest) -> AbstractAsyncContextManager[HttpResponse]:
+        """Send `request`; enter with the response once its head is read.
+
+        Raises RequestNotSent or RequestMaybeSent (see the module docstring)."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+async def iter_lines(next_chunk: Callable[[], Awaitable[bytes]]) -> AsyncIterator[str]:
+    """Split a body into lines as chunks arrive (`next_chunk()` returns b"" at the end).
+
+    Every SSE line ending is honoured, also when a \\r\\n pair is split across two chunks; a
+    last unterminated line is yielded at the end of the body."""
+    pending = b""
+    skip_lf = False  # the previous chunk ended in \r: a \n opening this one belongs to it
+    while chunk := await next_chunk():
+        if skip_lf:
+            skip_lf = False
+            if chunk[:1] == b"\n":
+                chunk = chunk[1:]
+                if not chunk:
+                    continue
+        data = pending + chunk if pending else chunk
+        if b"\r" in data:
+            lines = _LINE_END.split(data)
+            skip_lf = data[-1] == 0x0D
+        else:
+            lines = data.split(b"\n")
+        pending = lines.pop()
+        for line in lines:
+            yield line.decode("utf-8", "replace")
+    if pending:
+        yield pending.decode("utf-8", "replace")
+
+
+class ChunkedBody:
+    """`aiter_lines` and `drain` for a response that can hand out its body chunk by chunk."""
+
+    async def _next_chunk(self) -> bytes:
+        raise NotImplementedError
+
+    def aiter_lines(self) -> AsyncIterator[str]:
+        return iter_lines(self._next_chunk)
+
+    async def drain(self, timeout: float) -> None:
+        with anyio.move_on_after(timeout):
+            while await self._next_chunk():
+                pass
+
+
+def ssl_context(ca_file: str | None = None) -> ssl.SSLContext:
+    """Verification against `ca_file` only when given, else the system store.
+
+    The system store is OpenSSL's default paths, which honour `SSL_CERT_FILE`/`SSL_CERT_DIR`."""
+    return ssl.create_default_context(cafile=ca_file)
+
+
+# -- aiohttp --------------------------------------------------------------------------------
+
+
+class _Attempt:
+    """Per `stream` call: set once aiohttp holds a connection for the request."""
+
+    __slots__ = ("connected",)
+
+    def __init__(self) -> None:
+        self.connected = False
+
+
+_ATTEMPT: contextvars.ContextVar[_Attempt | None] = contextvars.ContextVar("dex_http_attempt", default=None)
+_MAX_STALE_SKIPS = 8
+
+
+def _peer_gone(connection: _PooledConnection) -> bool:
+    """Whether a pooled socket has something pending while idle: a FIN or RST (the server
+    closed it) or unsolicited bytes (e.g. a 408). Either way it must not carry a request."""
+    transport = connection.transport
+    if transport is None or transport.is_closing():
+        return True
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return False  # not a socket transport: nothing to probe
+    try:
+        fd = sock.fileno()
+        if fd < 0:
+            return True
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        return bool(poller.poll(0))
+    except (OSError, ValueError):
+        return True
+
+
+class _Connector(aiohttp.TCPConnector):
+    """aiohttp's pool, plus the "bytes left" marker and a liveness probe of reused sockets."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._handed_out: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    async def connect(self, req: Any, traces: Any, timeout: aiohttp.ClientTimeout) -> _PooledConnection:
+        for _ in range(_MAX_STALE_SKIPS):
+            connection = await super().connect(req, traces, timeout)
+            protocol = connection.protocol
+            if protocol not in self._handed_out:
+                self._handed_out.add(protocol)
+                break
+            if not _peer_gone(connection):
+                break
+            # Dead while idle: nothing of this request was written to it. Drop it, take another.
+            connection.close()
+        else:  # pragma: no cover - needs eight dead pooled sockets in a row
+            connection = await super().connect(req, traces, timeout)
+        attempt = _ATTEMPT.get()
+        if attempt is not None:
+            attempt.connected = True
+        return connection
+
+
+class _AiohttpResponse(ChunkedBody):
+    __slots__ = ("status", "headers", "_response")
+
+    def __init__(self, response: aiohttp.ClientResponse) -> None:
+        self.status: int = response.status
+        self.headers: Mapping[str, str] = response.headers
+        self._response = response
+
+    @property
+    def finished(self) -> bool:
+        return self._response.content.at_eof()
+
+    async def _next_chunk(self) -> bytes:
+        try:
+            return await self._response.content.readany()
+        except _EXCHANGE_ERRORS as exc:
+            raise RequestMaybeSent(f"connection broke while reading the response: {_describe(exc)}") from exc
+
+    async def aread(self) -> bytes:
+        try:
+            return await self._response.read()
+        except _EXCHANGE_ERRORS as exc:
+            raise RequestMaybeSent(f"connection broke while reading the response: {_describe(exc)}") from exc
+
+    def close(self) -> None:
+        if self.finished:
+            self._response.release()  # back to the pool unless the server asked to close
+        else:
+            self._response.close()  # a half-read connection is never reused
+
+
+class AiohttpTransport:
+    """Keep-alive HTTP/1.1 (and TLS) connections to one upstream, on aiohttp.
+
+    Create it inside the event loop that uses it (aiohttp binds to the running loop)."""
+
+    def __init__(
+        self,
+        *,
+        connect_timeout: float,
+        default_headers: Mapping[str, str] | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        keepalive_expiry: float = KEEPALIVE_SECONDS,
+        resolver: AbstractResolver | None = None,
+    ) -> None:
+        self._connect_timeout = connect_timeout
+        self._default_headers = {"user-agent": USER_AGENT, **{k.lower(): v for k, v in (default_headers or {}).items()}}
+        self._ssl: ssl.SSLContext | bool = ssl_context if ssl_context is not None else True
+        self._keepalive_expiry = keepalive_expiry
+        self._resolver = resolver
+        self._session: aiohttp.ClientSession | None = None
+        self._urls: dict[str, URL] = {}
+        self._closed = False
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            connector = _Connector(
+                keepalive_timeout=self._keepalive_expiry,
+                limit=0,  # no cap: concurrency is bounded by the gateway's own limits, as before
+                ssl=self._ssl,
+                resolver=self._resolver,
+            )
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                headers=self._default_headers,
+                skip_auto_headers=("Accept-Encoding",),
+                cookie_jar=aiohttp.DummyCookieJar(),
+                auto_decompress=False,
+                trust_env=False,
+                timeout=aiohttp.ClientTimeout(total=None, connect=self._connect_timeout),
+            )
+        return self._session
+
+    def _url(self, url: str) -> URL:
+        parsed = self._urls.get(url)
+        if parsed is None:
+            try:
+                parsed = URL(url)
+            except (ValueError, TypeError) as exc:
+                raise RequestNotSent(f"invalid URL {url!r}: {exc}") from None
+            if parsed.scheme not in ("http", "https") or not parsed.host:
+                raise RequestNotSent(f"invalid URL {url!r}: only http(s)://host[:port]/path is supported")
+            if len(self._urls) >= 64:
+                self._urls.clear()
+            self._urls[url] = parsed
+        return parsed
+
+    def stream(self, request: HttpRequest) -> AbstractAsyncContextManager[_AiohttpResponse]:
+        return self._stream(request)
+
+    @asynccontextmanager
+    async def _stream(self, request: HttpRequest) -> AsyncIterator[_AiohttpResponse]:
+        if self._closed:
+            raise RequestNotSent("the HTTP transport is closed")
+        url = self._url(request.url)
+        session = self._client()
+        attempt = _Attempt()
+        token = _ATTEMPT.set(attempt)
+        try:
+            response = await session.request(
+                request.method,
+                url,
+                headers=request.headers,
+                data=request.body or None,
+                allow_redirects=False,
+            )
+        except _SETUP_ERRORS as exc:
+            where = f"{url.host}:{url.port}"
+            if attempt.connected:
+                raise RequestMaybeSent(f"exchange with {where} failed: {_describe(exc)}") from exc
+            raise RequestNotSent(f"cannot connect to {where}: {_describe(exc)}") from exc
+        finally:
+            _ATTEMPT.reset(token)
+        wrapped = _AiohttpResponse(response)
+        try:
+            yield wrapped
+        finally:
+            wrapped.close()
+
+    async def aclose(self) -> None:
+        self._closed = True
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, asyncio.TimeoutError) and not str(exc):
+        return "timed out"
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -1,0 +1,52 @@
+"""`dex-agent run --image` against a real gateway with a media store: the user's image and a tool
+result's image reach the (scripted) model as bytes, the terminal shows one line per image, and
+the host fetched the tool's image from the gateway's /media route with the agent's token."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from tests.agent_host.host_support import run_agent
+from tests.media.media_support import image_upstream, sha
+from tests.support import images
+from tests.support.gateway import start_gateway, write_config
+
+pytestmark = pytest.mark.timeout(120)
+
+TOKEN = "agent-image-token"
+
+
+def test_run_with_an_image_shows_both_images_to_the_model(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {
+        "auth": {"tokens": [{"principal": "agent", "token_sha256": sha(TOKEN)}]},
+        "upstreams": [image_upstream(tmp_path / "state")],
+        "media": {"store": (tmp_path / "media").as_uri()},
+    })
+    photo = tmp_path / "photo.gif"
+    photo.write_bytes(images.gif())
+    with start_gateway(config) as gateway:
+        gateway.wait_for_log("catalog ready")
+        done = run_agent(
+            "run", "--gateway", gateway.url, "--store", str(tmp_path / "host" / "s.db"), "--yes",
+            "--model", "scripted:tests.agent_host.image_scripts:look_at_images", "--image", str(photo), "what is this?",
+            env={"DEX_AGENT_TOKEN": TOKEN},
+        )
+    assert done.returncode == 0, done.stdout + done.stderr
+    gif, png = images.gif(), images.png(5)
+    assert f"[image 1: image/gif, {len(gif)} B, sha256 {hashlib.sha256(gif).hexdigest()[:4]}…]" in done.stdout
+    assert f"[image 1: image/png, {len(png)} B, sha256 {hashlib.sha256(png).hexdigest()[:4]}…]" in done.stdout
+    assert f"SAW user#1:{len(gif)}, tool#1:{len(png)}" in done.stdout
+    # The user's image is kept next to the session store; the tool's stays in the gateway's store.
+    assert (tmp_path / "host" / "s-media" / "sha256" / hashlib.sha256(gif).hexdigest()).read_bytes() == gif
+    assert not (tmp_path / "host" / "s-media" / "sha256" / hashlib.sha256(png).hexdigest()).exists()
+
+
+def test_a_file_that_is_not_an_image_is_refused_before_the_turn(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("hello")
+    done = run_agent("run", "--gateway", "http://127.0.0.1:9/mcp", "--store", str(tmp_path / "s.db"),
+                     "--image", str(tmp_path / "notes.txt"), "hi")
+    assert done.returncode == 2
+    assert "notes.txt: its bytes are not a PNG, JPEG, GIF or WebP image" in done.stderr

@@ -1,0 +1,13 @@
+// Preload (`node --import`) for third-party Node servers under test: a listen() without a host
+// binds 127.0.0.1 instead of every interface (tests reach only loopback).
+import net from 'node:net';
+
+const listen = net.Server.prototype.listen;
+net.Server.prototype.listen = function (...args) {
+  if (typeof args[0] === 'number' || (typeof args[0] === 'string' && /^\d+$/.test(args[0]))) {
+    if (typeof args[1] !== 'string') args.splice(1, 0, '127.0.0.1');
+  } else if (args[0] && typeof args[0] === 'object' && !args[0].host && !args[0].path) {
+    args[0] = { ...args[0], host: '127.0.0.1' };
+  }
+  return listen.apply(this, args);
+};

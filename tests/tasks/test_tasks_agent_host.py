@@ -1,0 +1,57 @@
+"""The agent host calls a tool that needs a task as a task, records the task id durably, and
+after its own SIGKILL resumes polling the same task instead of calling the tool again."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+
+from tests.agent_host.host_support import dex_agent
+from tests.support.gateway import http_upstream, start_gateway, write_config
+from tests.support.servers import read_executions, start_http_server
+from tests.tasks.tasks_support import HANDSHAKE, post, result_of
+
+SCRIPT = "scripted:tests.tasks.agent_scripts:research"
+
+
+def _host_task(store: Path, timeout: float = 20) -> tuple[str, str, str]:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with sqlite3.connect(store) as conn:
+                rows = conn.execute("SELECT key, task_id, status FROM host_tasks").fetchall()
+        except sqlite3.OperationalError:
+            rows = []
+        if rows or time.monotonic() > deadline:
+            assert rows, "the host recorded no task"
+            return rows[0]
+        time.sleep(0.05)
+
+
+def test_host_resumes_polling_its_task_after_a_restart(tmp_path: Path) -> None:
+    with start_http_server("tasks_server", state_dir=tmp_path / "up") as upstream:
+        # The handshake era: the upstream lists execution.taskSupport (research: required).
+        config = write_config(tmp_path, {"upstreams": [http_upstream("t", upstream.url, protocol="handshake")]})
+        with start_gateway(config) as gateway:
+            store = tmp_path / "host.db"
+            first = dex_agent("--store", str(store), "run", "--gateway", gateway.url, "--session", "s-task",
+                              "--model", SCRIPT, "research otters")
+            try:
+                key, task_id, _ = _host_task(store)
+                assert key == "s-task/turn-1/call_1_0"
+                time.sleep(1.0)  # the task runs (its first status is polled)
+            finally:
+                first.sigkill()
+            second = dex_agent("--store", str(store), "resume", "--gateway", gateway.url, "--session", "s-task",
+                               "--model", SCRIPT)
+            try:
+                assert second.finish(timeout=60) == 0, second.output
+            finally:
+                second.stop()
+            assert "Research report on otters" in second.output
+            assert _host_task(store) == (key, task_id, "completed")
+            # One upstream task, one gateway task: the restart polled, it did not call again.
+            assert len(read_executions(upstream.state_dir, tool="research")) == 1
+            tasks = result_of(post(gateway.url, "tasks/list", {}, era=HANDSHAKE))["tasks"]
+            assert [t["taskId"] for t in tasks] == [task_id]
