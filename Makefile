@@ -40,7 +40,7 @@ chromium:
 	@if [ -x $(CHROMIUM) ]; then :; \
 	elif ! command -v apt-get >/dev/null 2>&1; then echo "make: no apt-get here: chromium not installed, the browser tests will skip"; \
 	elif [ "$$(id -u)" != 0 ]; then echo "make: not root: chromium not installed (apt-get install -y chromium), the browser tests will skip"; \
-	else (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium) \
+	else (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium) \
 	  || echo "make: apt-get could not install chromium: the browser tests will skip"; fi
 
 test: $(STAMP) $(TOOLS_STAMP) chromium

@@ -1,4 +1,4 @@
-"""The host's web page: one plain HTML page with its script and style sheet, no build step.
+"""The host's web page: one plain HTML page with its two scripts and style sheet, no build step.
 
 Served under `/ui/`: `/ui/sessions/{id}` is the page of one session (the live transcript,
 approval cards, questions, the plan, steer and cancel). The files hold no data; the script reads
@@ -30,11 +30,14 @@ _HEADERS = {
 _FILES = {
     "page.html": "text/html; charset=utf-8",
     "app.js": "text/javascript; charset=utf-8",
+    "stream.js": "text/javascript; charset=utf-8",
     "app.css": "text/css; charset=utf-8",
 }
 
 
 def _asset(name: str) -> Response:
+    if name not in _FILES:  # only the page's own files, never a path
+        return Response("not found", status_code=404, media_type="text/plain", headers=_HEADERS)
     body = files("agent_host").joinpath("web", name).read_bytes()
     return Response(body, media_type=_FILES[name], headers=_HEADERS)
 
@@ -44,7 +47,7 @@ def page_routes() -> list[Route]:
         return _asset("page.html")
 
     async def script(request: Request) -> Response:
-        return _asset("app.js")
+        return _asset(request.path_params["name"] + ".js")
 
     async def style(request: Request) -> Response:
         return _asset("app.css")
@@ -54,7 +57,7 @@ def page_routes() -> list[Route]:
 
     return [
         Route("/ui/sessions/{session_id}", page, methods=["GET"]),
-        Route("/ui/app.js", script, methods=["GET"]),
+        Route("/ui/{name:str}.js", script, methods=["GET"]),
         Route("/ui/app.css", style, methods=["GET"]),
         Route("/favicon.ico", no_icon, methods=["GET"]),
     ]

@@ -6,7 +6,9 @@
 # and pass counts side by side; exits 1 when the gateway passes fewer scenarios than direct.
 #
 #   conformance/run-tasks.sh                          # tasks.plain_required: wait (the default)
-#   PLAIN_REQUIRED=refuse conformance/run-tasks.sh    # the gateway answers -32021 like the server
+#   PLAIN_REQUIRED=refuse UPSTREAM_PROTOCOL=handshake conformance/run-tasks.sh
+#       # the gateway refuses plain calls of required tools (-32021), which it knows from the
+#       # handshake-era listing (a 2026-07-28 upstream lists no taskSupport)
 # Needs node >= 20 and npm (Node 20 gets fs.globSync from fs-globsync-hook.mjs).
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -42,7 +44,8 @@ cat >"$WORK/gateway.yaml" <<YAML
 server: {host: 127.0.0.1, port: 0}
 upstreams:
   # The suite is a plain MCP client (no idempotency keys): let keyless writes through.
-  - {name: tasks, transport: streamable_http, url: "$SERVER_URL", prefix: "", keyless_writes: pass}
+  - {name: tasks, transport: streamable_http, url: "$SERVER_URL", prefix: "", keyless_writes: pass,
+     protocol: ${UPSTREAM_PROTOCOL:-auto}}
 fences: {store: "sqlite:///$WORK/gateway.db"}
 tasks: {plain_required: ${PLAIN_REQUIRED:-wait}}
 YAML

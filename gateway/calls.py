@@ -253,9 +253,14 @@ def _never_sent(route: ToolRoute, reason: str) -> Answer:
     return resolve_attempt(route.name, route.effect, 1, NotSent(reason))  # type: ignore[return-value]
 
 
+def _article(word: str) -> str:
+    return "an" if word[:1] in "aeiou" else "a"
+
+
 def _missing_key_text(route: ToolRoute) -> str:
     return (
-        f"The tool {route.name} was not run: it is a {route.effect.value} tool, and the gateway runs writes only "
+        f"The tool {route.name} was not run: it is {_article(route.effect.value)} {route.effect.value} tool, and the "
+        "gateway runs writes only "
         f"with an idempotency key. Send the key in the request's _meta as "
         f'"{IDEMPOTENCY_KEY}": "<a key unique to this call, the same on every retry>", '
         "for example <session>/<turn>/<toolCallId>."

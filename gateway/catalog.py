@@ -124,6 +124,7 @@ class Catalog:
         self._connectors = connectors
         self._on_change = on_change
         self._built = _Built()
+        self._warned: set[tuple[str, ...]] = set()
         for cache in self._caches:
             cache.on_update = self.refresh_routes
 
@@ -206,6 +207,12 @@ class Catalog:
         if not first_build and set(self._built.tools) != old_names and self._on_change is not None:
             self._on_change()
 
+    def _warn_once(self, key: tuple[str, ...], message: str, *args: Any) -> None:
+        """A collision is logged when first seen, not on every rebuild of the routes."""
+        if key not in self._warned:
+            self._warned.add(key)
+            logger.warning(message, *args)
+
     def _build(self, key: tuple[int, ...]) -> _Built:
         built = _Built(key=key)
         for cache in self._caches:
@@ -215,7 +222,8 @@ class Catalog:
                 if route is None:
                     continue
                 if route.name in built.tools:
-                    logger.warning(
+                    self._warn_once(
+                        ("tool", cfg.name, route.name),
                         "tool %r of upstream %s collides with an earlier tool of the same exposed name; left out",
                         tool.get("name"),
                         cfg.name,
@@ -231,13 +239,30 @@ class Catalog:
                     )
             for resource in cache.peek(ListKind.RESOURCES) or ():
                 uri, name = resource.get("uri"), resource.get("name")
-                if isinstance(uri, str) and uri not in built.resources:
+                if isinstance(uri, str) and uri in built.resources:
+                    if built.resources[uri].upstream != cfg.name:
+                        self._warn_once(
+                            ("resource", cfg.name, uri),
+                            "resource %r of upstream %s is also served by upstream %s, which comes first; left out",
+                            uri, cfg.name, built.resources[uri].upstream,
+                        )
+                    continue
+                if isinstance(uri, str):
                     definition = dict(resource)
                     if isinstance(name, str):
                         definition["name"] = exposed_tool_name(cfg.name, name, cfg.prefix)
                     built.resources[uri] = ResourceRoute(definition, cfg.name)
             for template in cache.peek(ListKind.RESOURCE_TEMPLATES) or ():
                 uri_template, name = template.get("uriTemplate"), template.get("name")
+                earlier = next((t for t in built.templates if t.definition.get("uriTemplate") == uri_template), None)
+                if earlier is not None:
+                    if earlier.upstream != cfg.name:
+                        self._warn_once(
+                            ("template", cfg.name, uri_template),
+                            "resource template %r of upstream %s is also served by upstream %s, which comes first; left out",
+                            uri_template, cfg.name, earlier.upstream,
+                        )
+                    continue
                 if isinstance(uri_template, str):
                     definition = dict(template)
                     if isinstance(name, str):

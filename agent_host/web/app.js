@@ -333,7 +333,7 @@
     }
   }
 
-  // The live stream: Server-Sent Events over fetch (so the token travels in a header) --------
+  // The live stream (stream.js): each event goes to its handler ----------------------------
 
   const handlers = {
     turn_started: onTurnStarted, turn_finished: onTurnFinished, message: onMessage, delta: onDelta,
@@ -342,47 +342,21 @@
     compaction: (d) => entry("meta", "", "earlier messages were summarised (" + d.replaced_messages + " replaced)"),
   };
 
-  function apply(block) {
-    let id = null, data = "";
-    for (const line of block.split("\n")) {
-      if (line.startsWith("id:")) id = line.slice(3).trim();
-      else if (line.startsWith("data:")) data += (data ? "\n" : "") + line.slice(5).replace(/^ /, "");
-    }
-    if (!data) return;
-    const event = JSON.parse(data);
-    const handler = handlers[event.type];
-    if (handler) handler(event.data);
-    if (id !== null) state.lastEventId = Number(id);
-  }
-
-  async function stream() {
-    while (!state.stopped) {
-      try {
-        const response = await fetch(base + "/events", {
-          headers: { Authorization: "Bearer " + state.token, Accept: "text/event-stream", "Last-Event-ID": String(state.lastEventId) },
-          cache: "no-store",
-        });
-        if (response.status === 401 || response.status === 403) return logout("the host refused the token");
-        if (!response.ok) throw new Error("HTTP " + response.status);
-        setStatus(state.runningTurn ? "Turn " + state.runningTurn + " is running." : "Connected.");
-        const reader = response.body.getReader();
-        const decoder = new TextDecoder();
-        let buffer = "";
-        for (;;) {
-          const { value, done } = await reader.read();
-          if (done) break;
-          buffer += decoder.decode(value, { stream: true }).replace(/\r\n?/g, "\n");
-          let end;
-          while ((end = buffer.indexOf("\n\n")) >= 0) {
-            apply(buffer.slice(0, end));
-            buffer = buffer.slice(end + 2);
-          }
-        }
-      } catch (error) {
-        setStatus("Connection lost; reconnecting…");
-      }
-      if (!state.stopped) await new Promise((resolve) => setTimeout(resolve, 1000));
-    }
+  function stream() {
+    return window.dexEventStream(base + "/events", {
+      token: () => state.token,
+      lastEventId: () => state.lastEventId,
+      stopped: () => state.stopped,
+      onEvent: (id, data) => {
+        const event = JSON.parse(data);
+        const handler = handlers[event.type];
+        if (handler) handler(event.data);
+        if (id !== null) state.lastEventId = id;
+      },
+      onOpen: () => setStatus(state.runningTurn ? "Turn " + state.runningTurn + " is running." : "Connected."),
+      onLost: () => setStatus("Connection lost; reconnecting…"),
+      onRefused: () => logout("the host refused the token"),
+    });
   }
 
   // Start --------------------------------------------------------------------------------------

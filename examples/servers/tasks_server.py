@@ -230,6 +230,9 @@ class TasksServer:
             raise MCPError(-32601, "Method not found")
         if modern and not takes:
             raise MCPError(-32021, "Missing required client capability", {"requiredCapabilities": {"extensions": {EXT: {}}}})
+        named = ctx.request.headers.get("mcp-name") if ctx.request is not None else None
+        if modern and named is not None and named.strip() != params.get("taskId"):
+            raise MCPError(-32020, "Mcp-Name header does not match params.taskId")
         if method == "tasks/list":
             return {"tasks": [j.task(False) for j in self.jobs.values()]}
         job = self.jobs.get(str(params.get("taskId")))

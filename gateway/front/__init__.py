@@ -5,7 +5,8 @@
     BodyLimit         body_limit.py  413 over server.max_request_bytes
     RequestGate       requests.py    one well-formed JSON-RPC message per POST, or a clear error
     FastPath          fastpath.py    stateless tools/call and tools/list, both eras
-    SDK server        handlers.py    everything else (the official SDK's Streamable HTTP)
+    SDK server        handlers.py    everything else (the official SDK's Streamable HTTP);
+                      task_methods.py  tasks/* of both eras (the work: gateway/tasks/)
 
 Both entries (the fast path and the SDK handlers) only parse requests and write responses:
 `tools.py` answers tools/call and tools/list for both, the pipeline (`gateway/calls.py`)

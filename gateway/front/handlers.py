@@ -8,13 +8,14 @@ completion and logging go to `gateway/passthrough.py`.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import mcp_types as types
 from mcp.server import Server, ServerRequestContext
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types import INTERNAL_ERROR
 
 from ..catalog import Catalog
@@ -67,7 +68,19 @@ def build_server(
     tasks: Tasks | None = None,
 ) -> GatewayServer:
     handlers = _Handlers(catalog, passthrough, tool_calls, listing, notifier, tasks)
-    server = GatewayServer(
+    with warnings.catch_warnings():
+        # logging/setLevel is deprecated at 2026-07-28, and still what handshake-era clients use.
+        warnings.simplefilter("ignore", MCPDeprecationWarning)
+        server = _server(handlers, catalog, version)
+    server.middleware.append(handlers.tools_middleware)
+    if tasks is not None:
+        server.serves_tasks = True
+        server.extensions[TASKS_EXTENSION] = {}
+    return server
+
+
+def _server(handlers: "_Handlers", catalog: Catalog, version: str) -> GatewayServer:
+    return GatewayServer(
         "dex-mcp-gateway",
         version=version,
         instructions=INSTRUCTIONS,
@@ -86,11 +99,6 @@ def build_server(
         # Mcp-Param-* headers are checked against the catalog, not by listing every tool per call.
         get_tool_input_schema=catalog.input_schema,
     )
-    server.middleware.append(handlers.tools_middleware)
-    if tasks is not None:
-        server.serves_tasks = True
-        server.extensions[TASKS_EXTENSION] = {}
-    return server
 
 
 class _Handlers:

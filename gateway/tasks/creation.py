@@ -42,7 +42,7 @@ from .records import TaskRecord, TaskStatus
 from .store import TaskStore
 from .transitions import lose
 
-__all__ = ["MISSING_CAPABILITY", "TaskSettings", "TaskStarter", "call_job"]
+__all__ = ["MISSING_CAPABILITY", "TaskParts", "TaskSettings", "TaskStarter", "call_job"]
 
 logger = logging.getLogger(__name__)
 
@@ -81,27 +81,31 @@ def call_job(pipeline: CallPipeline, call: ToolCall, sink: RecordSink, fence_id:
     return run
 
 
+@dataclass(frozen=True)
+class TaskParts:
+    """What the task service and its starter work with (made once: gateway/tasks/runtime.py)."""
+
+    store: TaskStore
+    pipeline: CallPipeline
+    catalog: Catalog
+    scope: PrincipalScope
+    fences: Fences
+    upstreams: Mapping[str, Upstream]
+    jobs: TaskJobs
+    settings: TaskSettings
+    server_info: Mapping[str, Any]
+    clock: Callable[[], float]
+
+
 class TaskStarter:
-    def __init__(self, store: TaskStore, pipeline: CallPipeline, catalog: Catalog, scope: PrincipalScope,
-                 fences: Fences, upstreams: Mapping[str, Upstream], jobs: TaskJobs, settings: TaskSettings,
-                 server_info: Mapping[str, Any], clock: Callable[[], float],
-                 check: Callable[[TaskRecord], Awaitable[TaskRecord]]) -> None:
-        self._store = store
-        self._pipeline = pipeline
-        self._catalog = catalog
-        self._scope = scope
-        self._fences = fences
-        self._upstreams = upstreams
-        self._jobs = jobs
-        self._settings = settings
-        self._server_info = server_info
-        self._clock = clock
+    def __init__(self, parts: TaskParts, check: Callable[[TaskRecord], Awaitable[TaskRecord]]) -> None:
+        self._p = parts
         self._check = check  # the lost-task rule, applied to a task a retry finds
 
     async def tool_call(self, principal: str, name: str, arguments: dict[str, Any], meta: dict[str, Any],
                         task_param: dict[str, Any] | None, *, modern: bool, era: str) -> dict[str, Any] | Answer | None:
-        route = await self._catalog.tool(name)
-        if route is None or not self._scope.may_use_tool(principal, route.name, route.upstream):
+        route = await self._p.catalog.tool(name)
+        if route is None or not self._p.scope.may_use_tool(principal, route.name, route.upstream):
             return None  # the pipeline answers the unknown tool
         if modern:
             takes = wire.client_takes_tasks(meta)
@@ -109,41 +113,41 @@ class TaskStarter:
                 return await self._provisional(principal, route, name, arguments, meta, era=era)
             wanted = takes and route.task_support != "forbidden"
         else:
-            wanted = task_param is not None and (self._settings.augment or route.task_support != "forbidden")
+            wanted = task_param is not None and (self._p.settings.augment or route.task_support != "forbidden")
         if not wanted:
-            if route.task_support == "required" and self._settings.plain_required == "refuse":
+            if route.task_support == "required" and self._p.settings.plain_required == "refuse":
                 raise _refusal(route.name, modern)
             return None
         start = await self._settle(self._new_record(principal, route, era, self._ttl(task_param)), route, arguments, meta)
         if start.existing is not None:
-            return wire.created(start.existing, modern=modern, server_info=self._server_info)
+            return wire.created(start.existing, modern=modern, server_info=self._p.server_info)
         record = start.record
-        sink = RecordSink(self._store, record.task_id, self._clock, carries_input=modern, ttl_ms=record.ttl_ms)
+        sink = RecordSink(self._p.store, record.task_id, self._p.clock, carries_input=modern, ttl_ms=record.ttl_ms)
         call = ToolCall(principal=principal, name=name, arguments=arguments, meta=meta, task=sink)
-        await self._store.insert(record)
-        self._jobs.start(record.task_id, call_job(self._pipeline, call, sink, record.fence_id, settled=start.settled))
-        return wire.created(record, modern=modern, server_info=self._server_info)
+        await self._p.store.insert(record)
+        self._p.jobs.start(record.task_id, call_job(self._p.pipeline, call, sink, record.fence_id, settled=start.settled))
+        return wire.created(record, modern=modern, server_info=self._p.server_info)
 
     def _new_record(self, principal: str, route: ToolRoute, era: str, ttl_ms: int) -> TaskRecord:
-        now = self._clock()
+        now = self._p.clock()
         return TaskRecord(
             task_id=secrets.token_urlsafe(24), principal=principal, tool=route.name, effect=route.effect, era=era,
-            status=TaskStatus.WORKING, created_at=now, updated_at=now, poll_interval_ms=self._settings.poll_interval_ms,
-            ttl_ms=ttl_ms, upstream=route.upstream, owner=self._jobs.owner, lease_until=now + self._jobs.lease_seconds,
+            status=TaskStatus.WORKING, created_at=now, updated_at=now, poll_interval_ms=self._p.settings.poll_interval_ms,
+            ttl_ms=ttl_ms, upstream=route.upstream, owner=self._p.jobs.owner, lease_until=now + self._p.jobs.lease_seconds,
         )
 
     def _ttl(self, task_param: dict[str, Any] | None) -> int:
         asked = (task_param or {}).get("ttl")
         if isinstance(asked, int) and not isinstance(asked, bool) and asked > 0:
-            return min(asked, self._settings.max_ttl_ms)
-        return self._settings.default_ttl_ms
+            return min(asked, self._p.settings.max_ttl_ms)
+        return self._p.settings.default_ttl_ms
 
     async def _settle(self, record: TaskRecord, route: ToolRoute, arguments: dict[str, Any],
                       meta: dict[str, Any]) -> _Start:
         key = meta.get(IDEMPOTENCY_KEY)
         if not isinstance(key, str) or not key:
             return _Start(record)
-        inserted, fence = await self._fences.settle(principal=record.principal, key=key, tool=route.name,
+        inserted, fence = await self._p.fences.settle(principal=record.principal, key=key, tool=route.name,
                                                     arguments=arguments, effect=route.effect,
                                                     answer=marker_answer(record))
         if inserted:
@@ -153,13 +157,13 @@ class TaskStarter:
         if marker is None:
             return _Start(record)  # the key names a plain call: the fenced pipeline decides
         task_id, expires_at = marker
-        found = await self._store.get(task_id, record.principal)
+        found = await self._p.store.get(task_id, record.principal)
         if found is not None:
             return _Start(record, existing=await self._check(found))
         again = dataclasses.replace(record, task_id=task_id, fence_id=fence.fence_id)
-        if expires_at is not None and self._clock() >= expires_at:
+        if expires_at is not None and self._p.clock() >= expires_at:
             lost = lose("its time to live ran out")(again) or again
-            await self._store.insert(lost)
+            await self._p.store.insert(lost)
             return _Start(again, existing=lost)
         # The process that settled the fence died before writing the task: nothing was sent.
         logger.info("task %s: its fence was settled but the task never started; starting it now", task_id)
@@ -167,7 +171,7 @@ class TaskStarter:
 
     async def _upstream_decides(self, route: ToolRoute) -> bool:
         """A 2026-07-28 upstream lists no taskSupport: it decides per call whether to make a task."""
-        upstream = self._upstreams.get(route.upstream or "")
+        upstream = self._p.upstreams.get(route.upstream or "")
         if upstream is None:
             return False
         try:
@@ -178,15 +182,15 @@ class TaskStarter:
 
     async def _provisional(self, principal: str, route: ToolRoute, name: str, arguments: dict[str, Any],
                            meta: dict[str, Any], *, era: str) -> dict[str, Any] | Answer:
-        start = await self._settle(self._new_record(principal, route, era, self._settings.default_ttl_ms), route,
+        start = await self._settle(self._new_record(principal, route, era, self._p.settings.default_ttl_ms), route,
                                    arguments, meta)
         if start.existing is not None:
-            return wire.created(start.existing, modern=True, server_info=self._server_info)
+            return wire.created(start.existing, modern=True, server_info=self._p.server_info)
         record = start.record
-        sink = RecordSink(self._store, record.task_id, self._clock, carries_input=True, ttl_ms=record.ttl_ms,
+        sink = RecordSink(self._p.store, record.task_id, self._p.clock, carries_input=True, ttl_ms=record.ttl_ms,
                           provisional=record)
         call = ToolCall(principal=principal, name=name, arguments=arguments, meta=meta, task=sink)
-        job = call_job(self._pipeline, call, sink, record.fence_id, settled=start.settled)
+        job = call_job(self._p.pipeline, call, sink, record.fence_id, settled=start.settled)
         finished = anyio.Event()
         answers: list[Answer] = []
 
@@ -198,18 +202,18 @@ class TaskStarter:
             finally:
                 finished.set()
 
-        self._jobs.start(record.task_id, run)
+        self._p.jobs.start(record.task_id, run)
         async with anyio.create_task_group() as tg:
             for event in (finished, sink.upstream_created):
                 tg.start_soon(_set_then_cancel, event, tg.cancel_scope)
         if sink.upstream_created.is_set():
-            stored = await self._store.get(record.task_id)
-            return wire.created(stored or record, modern=True, server_info=self._server_info)
+            stored = await self._p.store.get(record.task_id)
+            return wire.created(stored or record, modern=True, server_info=self._p.server_info)
         if not answers:
             raise RequestError(INTERNAL_ERROR, "internal gateway error; see the gateway log")
         if start.settled:
             # The fence names this task: write it, ended, for a retry with the key.
-            await self._store.insert(dataclasses.replace(record, status=TaskStatus.COMPLETED, result=answers[0].to_wire(),
+            await self._p.store.insert(dataclasses.replace(record, status=TaskStatus.COMPLETED, result=answers[0].to_wire(),
                                                          owner=None, lease_until=None))
         return answers[0]
 

@@ -20,6 +20,7 @@ from ..scope import PrincipalScope
 from ..upstreams.upstream import Upstream
 from .jobs import TaskJobs
 from .requests import TaskRequests
+from .creation import TaskParts
 from .service import TaskSettings, Tasks
 from .store import TaskStore, open_task_store
 
@@ -63,7 +64,7 @@ def start_tasks(config: TasksConfig, store: TaskStore | None, tg: TaskGroup, *, 
         plain_required=config.plain_required,
         keep_expired_seconds=config.keep_expired_seconds,
     )
-    tasks = Tasks(store, pipeline, catalog, scope, fences, upstreams, jobs, settings, server_info, time.time)
+    tasks = Tasks(TaskParts(store, pipeline, catalog, scope, fences, upstreams, jobs, settings, server_info, time.time))
     tg.start_soon(jobs.run_keeper)
     tg.start_soon(tasks.run_sweeper, config.sweep_interval_seconds)
     return tasks

@@ -13,25 +13,19 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Mapping
 from typing import Any
 
 import anyio
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 
-from ..calls import CallPipeline, ToolCall
-from ..catalog import Catalog
+from ..calls import ToolCall
 from ..conventions.answers import Answer
 from ..errors import RequestError, UpstreamError
-from ..fences import Fences
-from ..scope import PrincipalScope
-from ..upstreams.upstream import Upstream
 from . import wire
-from .creation import MISSING_CAPABILITY, TaskSettings, TaskStarter, call_job
-from .jobs import RecordSink, TaskJobs
+from .creation import MISSING_CAPABILITY, TaskParts, TaskSettings, TaskStarter, call_job
+from .jobs import RecordSink
 from .markers import TASK_MARKER_KEY, marker_task
 from .records import TaskRecord, TaskStatus
-from .store import TaskStore
 from .transitions import cancelled_error, change, lose
 
 __all__ = ["MISSING_CAPABILITY", "TaskSettings", "Tasks"]
@@ -42,21 +36,10 @@ _LIST_PAGE = 50
 
 
 class Tasks:
-    def __init__(self, store: TaskStore, pipeline: CallPipeline, catalog: Catalog, scope: PrincipalScope,
-                 fences: Fences, upstreams: Mapping[str, Upstream], jobs: TaskJobs, settings: TaskSettings,
-                 server_info: Mapping[str, Any], clock: Callable[[], float]) -> None:
-        self.store = store
-        self._pipeline = pipeline
-        self._catalog = catalog
-        self._scope = scope
-        self._fences = fences
-        self._upstreams = upstreams
-        self._jobs = jobs
-        self._settings = settings
-        self._server_info = server_info
-        self._clock = clock
-        self._starter = TaskStarter(store, pipeline, catalog, scope, fences, upstreams, jobs, settings, server_info,
-                                    clock, check=self._check)
+    def __init__(self, parts: TaskParts) -> None:
+        self._p = parts
+        self.store = parts.store
+        self._starter = TaskStarter(parts, check=self._check)
 
     # -- tools/call -------------------------------------------------------------------------
 
@@ -84,7 +67,7 @@ class Tasks:
     # -- the task methods -------------------------------------------------------------------
 
     async def get(self, principal: str, task_id: str, *, modern: bool) -> dict[str, Any]:
-        return wire.detailed(await self._current(principal, task_id), modern=modern, server_info=self._server_info)
+        return wire.detailed(await self._current(principal, task_id), modern=modern, server_info=self._p.server_info)
 
     async def result(self, principal: str, task_id: str) -> dict[str, Any]:
         """2025-11-25 `tasks/result`: blocks until the task ends; its result, or its error raised."""
@@ -105,9 +88,9 @@ class Tasks:
         record = await self._current(principal, task_id)
         if record.status.terminal:
             if modern:
-                return wire.ack(self._server_info)
+                return wire.ack(self._p.server_info)
             if record.status is TaskStatus.CANCELLED:
-                return wire.detailed(record, modern=False, server_info=self._server_info)
+                return wire.detailed(record, modern=False, server_info=self._p.server_info)
             raise RequestError(INVALID_PARAMS, f"task {task_id} has already ended ({record.status.value}); it cannot be cancelled")
 
         def step(current: TaskRecord) -> TaskRecord | None:
@@ -117,12 +100,12 @@ class Tasks:
                                        status_message="cancelled by the client", error=cancelled_error(current),
                                        owner=None, lease_until=None, input_requests=None)
 
-        updated = await change(self.store, task_id, step, clock=self._clock) or record
-        if not self._jobs.cancel_local(task_id) and record.upstream_task_id and record.upstream_stateless:
+        updated = await change(self.store, task_id, step, clock=self._p.clock) or record
+        if not self._p.jobs.cancel_local(task_id) and record.upstream_task_id and record.upstream_stateless:
             await self._upstream_request(record, "tasks/cancel", {"taskId": record.upstream_task_id}, quiet=True)
         if modern:
-            return wire.ack(self._server_info)
-        return wire.detailed(updated, modern=False, server_info=self._server_info)
+            return wire.ack(self._p.server_info)
+        return wire.detailed(updated, modern=False, server_info=self._p.server_info)
 
     async def list(self, principal: str, cursor: str | None) -> dict[str, Any]:
         try:
@@ -152,12 +135,12 @@ class Tasks:
                 return dataclasses.replace(current, input_requests=left or None,
                                            status=TaskStatus.INPUT_REQUIRED if left else TaskStatus.WORKING)
 
-            await change(self.store, task_id, step, clock=self._clock)
-        return wire.ack(self._server_info)
+            await change(self.store, task_id, step, clock=self._p.clock)
+        return wire.ack(self._p.server_info)
 
     async def _upstream_request(self, record: TaskRecord, method: str, params: dict[str, Any], *,
                                 quiet: bool = False) -> None:
-        upstream = self._upstreams.get(record.upstream or "")
+        upstream = self._p.upstreams.get(record.upstream or "")
         try:
             if upstream is None:
                 raise RequestError(INTERNAL_ERROR, f"the task's upstream {record.upstream!r} is not configured")
@@ -179,23 +162,23 @@ class Tasks:
         owner = record.owner
         if owner is None:
             return True
-        if owner.replica_id == self._jobs.owner.replica_id and owner.boot_id != self._jobs.owner.boot_id:
+        if owner.replica_id == self._p.jobs.owner.replica_id and owner.boot_id != self._p.jobs.owner.boot_id:
             return True
-        return record.lease_until is None or record.lease_until <= self._clock()
+        return record.lease_until is None or record.lease_until <= self._p.clock()
 
     async def _check(self, record: TaskRecord) -> TaskRecord:
         """The record after the lost-task rule and a takeover, when either applies."""
         if record.status.terminal:
             return record
-        if record.expired(self._clock()):
-            self._jobs.cancel_local(record.task_id)
-            return await change(self.store, record.task_id, lose("its time to live ran out"), clock=self._clock) or record
-        if self._jobs.running(record.task_id) or not self._owner_dead(record):
+        if record.expired(self._p.clock()):
+            self._p.jobs.cancel_local(record.task_id)
+            return await change(self.store, record.task_id, lose("its time to live ran out"), clock=self._p.clock) or record
+        if self._p.jobs.running(record.task_id) or not self._owner_dead(record):
             return record
         if record.upstream_task_id and record.upstream_stateless:
             return await self._take_over(record)
         return await change(self.store, record.task_id, lose("the gateway process that ran it stopped"),
-                            clock=self._clock) or record
+                            clock=self._p.clock) or record
 
     async def _take_over(self, record: TaskRecord) -> TaskRecord:
         dead = record.owner
@@ -203,24 +186,24 @@ class Tasks:
         def step(current: TaskRecord) -> TaskRecord | None:
             if current.status.terminal or current.owner != dead:
                 return None
-            return dataclasses.replace(current, owner=self._jobs.owner,
-                                       lease_until=self._clock() + self._jobs.lease_seconds)
+            return dataclasses.replace(current, owner=self._p.jobs.owner,
+                                       lease_until=self._p.clock() + self._p.jobs.lease_seconds)
 
-        taken = await change(self.store, record.task_id, step, clock=self._clock)
-        if taken is None or taken.owner != self._jobs.owner or taken.status.terminal:
+        taken = await change(self.store, record.task_id, step, clock=self._p.clock)
+        if taken is None or taken.owner != self._p.jobs.owner or taken.status.terminal:
             return taken or record
         logger.info("task %s: its process stopped; polling upstream task %s from here", record.task_id,
                     record.upstream_task_id)
-        sink = RecordSink(self.store, record.task_id, self._clock, carries_input=wire.is_modern(record.era),
+        sink = RecordSink(self.store, record.task_id, self._p.clock, carries_input=wire.is_modern(record.era),
                           ttl_ms=record.ttl_ms, resume_task_id=record.upstream_task_id)
         call = ToolCall(principal=record.principal, name=record.tool, arguments={}, meta={}, task=sink)
-        self._jobs.start(record.task_id, call_job(self._pipeline, call, sink, record.fence_id, settled=True))
+        self._p.jobs.start(record.task_id, call_job(self._p.pipeline, call, sink, record.fence_id, settled=True))
         return taken
 
     async def sweep_once(self) -> None:
         for record in await self.store.active():
             await self._check(record)
-        await self.store.delete_expired(self._clock() - self._settings.keep_expired_seconds)
+        await self.store.delete_expired(self._p.clock() - self._p.settings.keep_expired_seconds)
 
     async def run_sweeper(self, interval: float) -> None:
         while True:

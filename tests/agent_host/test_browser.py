@@ -216,7 +216,7 @@ def test_hostile_argument_names_are_inert_on_the_card(stack: Stack, tmp_path: Pa
     assert '"\\u202eevil": "\\u202e004"' in shown and '"amount: 40, note": "zero\\u200bwidth"' in shown
     assert not any(ch in shown for ch in "\u202e\u200b\x07\x1b")  # escaped, never the characters themselves
     assert page.evaluate("window.__pwned") is None
-    assert page.locator("img").count() == 0 and page.locator("script").count() == 1
+    assert page.locator("img").count() == 0 and page.locator("script").count() == 2  # stream.js and app.js
     card.get_by_role("button", name="Deny").focus()
     page.keyboard.press("Enter")
     expect(card.locator(".outcome")).to_have_text("Denied by http", timeout=WAIT_MS)

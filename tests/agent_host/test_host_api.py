@@ -80,5 +80,6 @@ async def test_the_snapshot_and_the_page(api: tuple[httpx.AsyncClient, SessionSt
     page = await client.get("/ui/sessions/s")
     assert page.status_code == 200 and page.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
     assert "<script src=\"/ui/app.js\" defer></script>" in page.text and "style=" not in page.text
-    script = (await client.get("/ui/app.js")).text
+    assert (await client.get("/ui/nope.js")).status_code == 404
+    script = (await client.get("/ui/app.js")).text + (await client.get("/ui/stream.js")).text
     assert not [sink for sink in (".innerHTML", ".outerHTML", "insertAdjacentHTML", "document.write", "eval(") if sink in script]
