@@ -9,10 +9,10 @@ Two ways in:
 
 * definite: the client asked (2025-11-25 `task`), or it takes tasks and the tool supports them
   (2026-07-28): the task is written, its call started, its handle answered;
-* provisional (2026-07-28, an upstream that decides per call): the call starts at once; if the
-  upstream makes a task, the gateway's task is written before the client hears of it; if it
-  answers at once, so does the gateway (a keyed call's task is then written as completed, so
-  the fence's marker names a real task).
+* provisional (2026-07-28, an upstream that decides per call): the task is written and its call
+  started; if the upstream makes a task, the client gets the gateway's task; if it answers at
+  once, so does the gateway (the task record ends completed with that answer, so a retry with
+  the key finds it).
 """
 
 from __future__ import annotations
@@ -187,8 +187,10 @@ class TaskStarter:
         if start.existing is not None:
             return wire.created(start.existing, modern=True, server_info=self._p.server_info)
         record = start.record
-        sink = RecordSink(self._p.store, record.task_id, self._p.clock, carries_input=True, ttl_ms=record.ttl_ms,
-                          provisional=record)
+        sink = RecordSink(self._p.store, record.task_id, self._p.clock, carries_input=True, ttl_ms=record.ttl_ms)
+        # Written before the call starts, like any task: a process that dies mid-call leaves a task
+        # that the lost-task rule ends, never a key whose retry would send the call again.
+        await self._p.store.insert(record)
         call = ToolCall(principal=principal, name=name, arguments=arguments, meta=meta, task=sink)
         job = call_job(self._p.pipeline, call, sink, record.fence_id, settled=start.settled)
         finished = anyio.Event()
@@ -211,11 +213,7 @@ class TaskStarter:
             return wire.created(stored or record, modern=True, server_info=self._p.server_info)
         if not answers:
             raise RequestError(INTERNAL_ERROR, "internal gateway error; see the gateway log")
-        if start.settled:
-            # The fence names this task: write it, ended, for a retry with the key.
-            await self._p.store.insert(dataclasses.replace(record, status=TaskStatus.COMPLETED, result=answers[0].to_wire(),
-                                                         owner=None, lease_until=None))
-        return answers[0]
+        return answers[0]  # answered at once (the job writes it as the task's end too)
 
 
 def _refusal(tool: str, modern: bool) -> RequestError:

@@ -42,17 +42,11 @@ class RecordSink(UpstreamTaskSink):
     ttl_ms: int | None
     resume_task_id: str | None = None
     upstream_error: dict[str, Any] | None = field(default=None)
-    # A provisional task (2026-07-28, the upstream decides): written only once the upstream makes one.
-    provisional: TaskRecord | None = None
+    # Set once the upstream made its task (a provisional call waits for it: creation.py).
     upstream_created: anyio.Event = field(default_factory=anyio.Event)
 
     async def created(self, task_id: str, *, era: str | None, stateless: bool, poll_interval_ms: int | None,
                       ttl_ms: int | None) -> None:
-        if self.provisional is not None:
-            record, self.provisional = self.provisional, None
-            await self.store.insert(record)
-        self.upstream_created.set()
-
         def step(record: TaskRecord) -> TaskRecord | None:
             if record.status.terminal:
                 return None
@@ -62,6 +56,7 @@ class RecordSink(UpstreamTaskSink):
                                        ttl_ms=ttl, poll_interval_ms=poll)
 
         await change(self.store, self.task_id, step, clock=self.clock)
+        self.upstream_created.set()
 
     async def status(self, status: str, message: str | None, input_requests: dict[str, Any] | None) -> None:
         if status not in (TaskStatus.WORKING, TaskStatus.INPUT_REQUIRED):
@@ -144,5 +139,7 @@ class TaskJobs:
             return dataclasses.replace(record, lease_until=self._clock() + self.lease_seconds)
 
         record = await change(self.store, task_id, renew, clock=self._clock)
-        if record is None or record.status.terminal or record.owner != self.owner:
+        if record is None:
+            return  # deleted (long expired): nothing left to keep
+        if record.status.terminal or record.owner != self.owner:
             self.cancel_local(task_id)  # cancelled, lost or taken over elsewhere: stop working on it

@@ -55,3 +55,43 @@ def test_host_resumes_polling_its_task_after_a_restart(tmp_path: Path) -> None:
             assert len(read_executions(upstream.state_dir, tool="research")) == 1
             tasks = result_of(post(gateway.url, "tasks/list", {}, era=HANDSHAKE))["tasks"]
             assert [t["taskId"] for t in tasks] == [task_id]
+
+
+def test_a_cancelled_poll_cancels_its_task_and_cancel_tasks_cancels_open_ones(tmp_path: Path) -> None:
+    """Cancelling the host's wait (a cancelled turn) cancels the task on the gateway and upstream;
+    `cancel_tasks` cancels the open tasks of given calls."""
+    import anyio
+
+    from agent_host.gateway_session import GatewayConnection
+    from agent_host.tasks import HostTasks, TaskCaller
+
+    with start_http_server("tasks_server", state_dir=tmp_path / "up") as upstream:
+        config = write_config(tmp_path, {"upstreams": [http_upstream("t", upstream.url, protocol="handshake")]})
+        with start_gateway(config) as gateway:
+            post(gateway.url, "tools/list", {}, era=HANDSHAKE)  # ready
+            tasks = HostTasks(tmp_path / "host.db")
+            caller = TaskCaller(GatewayConnection(gateway.url, None), tasks)
+
+            async def scenario() -> tuple[str, str]:
+                with anyio.move_on_after(2):
+                    await caller.call("t__research", {"topic": "slow", "seconds": 60}, "s/t/1")
+                first = await tasks.task_of("s/t/1")
+                # A second call whose poll is left behind (a host that stops waiting), then cancelled by key.
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(caller.call, "t__research", {"topic": "slower", "seconds": 60}, "s/t/2")
+                    while await tasks.task_of("s/t/2") is None:
+                        await anyio.sleep(0.05)
+                    assert await caller.cancel_tasks(["s/t/2", "s/t/unknown"]) == 1
+                    tg.cancel_scope.cancel()
+                second = await tasks.task_of("s/t/2")
+                assert first is not None and second is not None
+                return first[0], second[0]
+
+            first, second = anyio.run(scenario)
+            for task_id in (first, second):
+                task = result_of(post(gateway.url, "tasks/get", {"taskId": task_id}, era=HANDSHAKE))
+                assert task["status"] == "cancelled", task
+            deadline = time.monotonic() + 10
+            while any(t["status"] == "working" for t in result_of(post(upstream.url, "tasks/list", {}, era=HANDSHAKE))["tasks"]):
+                assert time.monotonic() < deadline, "an upstream task was not cancelled"
+                time.sleep(0.2)
