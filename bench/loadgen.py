@@ -133,6 +133,8 @@ async def run(args: argparse.Namespace) -> dict:
 
         async def one(i: int, record: bool, slot: int) -> None:
             meta: dict = {IDEMPOTENCY_KEY: f"{prefix}{i}"} if args.fresh_keys else {}
+            if args.same_key:  # every call a retry of the first: answered from the gateway's fence
+                meta = {IDEMPOTENCY_KEY: args.same_key}
             if args.era == MODERN:
                 meta.update(MODERN_ENVELOPE)
             params: dict = {"name": args.tool, "arguments": {"text": "hello"}}
@@ -191,6 +193,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=200)
     parser.add_argument("--max-seconds", type=float, default=60.0)
     parser.add_argument("--fresh-keys", action="store_true")
+    parser.add_argument("--same-key", help="this idempotency key on every call (replays through a gateway)")
     parser.add_argument("--driver", choices=["raw", "httpx"], default="raw")
     parser.add_argument("--era", choices=["handshake", MODERN], default="handshake",
                         help="protocol era of the requests: stateless handshake era (2025-11-25) or 2026-07-28")

@@ -29,13 +29,15 @@ from .connectors.admin_api import admin_routes
 from .database import Database
 from .drain import Drain
 from .fences import Fences, FenceStore, Owner, open_fence_store
-from .front import SERVER_INFO, Authenticator, SessionNotifier, build_front
+from .front import SERVER_INFO, Authenticator, ClientEvents, Sessions, build_front
 from .front.auth import BearerAuth
+from .front.events import ListenStreams
 from .front.hosts import HostOriginGuard, HostOriginPolicy
 from .media.runtime import Media, open_media
 from .media.serving import MediaEndpoint
 from .operations import Operations
 from .scope import PrincipalScope
+from .subscriptions import ResourceWatch
 from .tasks import Tasks, TaskStore
 from .tasks.runtime import open_tasks_store, start_tasks, task_requests
 from .telemetry import Telemetry
@@ -60,6 +62,7 @@ class Runtime:
     connectors: ConnectorRegistry
     manager: StreamableHTTPSessionManager
     media: Media
+    listen: ListenStreams
     tasks: Tasks | None = None
     # Every upstream has been asked for its tools once (reported by /readyz, not gated on:
     # one hung upstream must not take a replica out of rotation).
@@ -109,6 +112,7 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
                     yield
             finally:
                 holder.runtime = None
+                runtime.listen.close_all()
                 with anyio.CancelScope(shield=True):
                     for upstream in runtime.upstreams.values():
                         await upstream.aclose()
@@ -234,9 +238,13 @@ async def _build_runtime(
     upstreams = {u.name: Upstream(u, tg) for u in config.upstreams}
     caches = [ListingCache(upstream, tg) for upstream in upstreams.values()]
     ops.watch_upstreams(caches)
-    notifier = SessionNotifier()
-    catalog = Catalog(caches, connectors, on_change=lambda: tg.start_soon(notifier.tools_changed),
-                      augment_tasks=task_store is not None and config.tasks.augment)
+    events = ClientEvents(Sessions())  # what changed, to each client in its era (gateway/front/events.py)
+    catalog = Catalog(caches, connectors, augment_tasks=task_store is not None and config.tasks.augment,
+                      on_lists_changed=lambda kinds: tg.start_soon(events.lists_changed, kinds))
+    watch = ResourceWatch(catalog, upstreams)
+    events.sessions.on_release(watch.release, spawn=tg.start_soon)
+    for upstream in upstreams.values():
+        upstream.resource_listeners.append(lambda uri: tg.start_soon(events.resource_updated, uri))
     scope = PrincipalScope(config.auth)
     pipeline = CallPipeline(
         catalog, upstreams, fences, scope, max_result_bytes=config.server.max_result_bytes, media=media.stage,
@@ -244,8 +252,9 @@ async def _build_runtime(
     )
     tasks = start_tasks(config.tasks, task_store, tg, pipeline=pipeline, catalog=catalog, scope=scope, fences=fences,
                         upstreams=upstreams, server_info=SERVER_INFO)
-    front = build_front(config, authenticator, catalog, pipeline, upstreams, scope, notifier, media.reader, tasks,
+    front = build_front(config, authenticator, catalog, pipeline, upstreams, scope, events, watch, media.reader, tasks,
                         telemetry=ops.telemetry)
+    ops.drain.watch_streams(front.listen)
 
     async def connectors_changed() -> None:
         catalog.refresh_routes()
@@ -263,15 +272,21 @@ async def _build_runtime(
         connectors=connectors,
         manager=front.manager,
         media=media,
+        listen=front.listen,
         tasks=tasks,
     )
 
 
 async def _warm_up(runtime: Runtime) -> None:
-    """List every upstream once at start so the first client does not wait for it."""
+    """List every upstream once at start so the first client does not wait for it. Prompts and
+    resources too: a list the gateway holds is refreshed when the upstream says it changed, and
+    clients are told (gateway/front/events.py)."""
     await runtime.catalog.tools()
     runtime.catalog_listed = True
     logger.info("catalog ready: %d tools from %d upstreams", len(await runtime.catalog.tools()), len(runtime.upstreams))
+    await runtime.catalog.prompts()
+    await runtime.catalog.resources()
+    await runtime.catalog.resource_templates()
 
 
 def _admin_check(authenticator: Authenticator) -> Callable[[Request], Awaitable[bool]]:

@@ -1,7 +1,11 @@
 """The tools/call pipeline, the one tail every entry shares:
 
-    route -> policy -> fence (claim / replay / unknown) -> dispatch -> check the upstream result
-          -> outcome -> media (images -> references) -> result size limit -> fence (store) -> Answer
+    route -> policy -> rate limit -> fence (claim / replay / unknown) -> dispatch (attempts, with a
+          jittered wait before each re-send) -> check the upstream result -> outcome
+          -> media (images -> references) -> result size limit -> fence (store) -> Answer
+
+Telemetry (gateway/telemetry/calls.py) wraps the call after the rate limit (a span, the metrics)
+and each upstream attempt (its span).
 
 Each stage lives in its own module; this one only strings them together in the order of the
 diagram in docs/architecture.md. The front turns the Answer into the wire dict of its era
@@ -13,10 +17,11 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
+from mcp_types import INVALID_PARAMS, INVALID_REQUEST, MISSING_REQUIRED_CLIENT_CAPABILITY
 
 from .catalog import Catalog, ToolRoute
 from .conventions.answers import Answer, Dispatched
@@ -32,7 +37,14 @@ from .conventions.outcomes import (
     resolve_attempt,
     unknown,
 )
-from .errors import UnknownToolError, UpstreamError, UpstreamInterrupted, UpstreamNotSent, UpstreamRpcError
+from .errors import (
+    UnknownToolError,
+    UpstreamError,
+    UpstreamInterrupted,
+    UpstreamNotSent,
+    UpstreamRefusedRequest,
+    UpstreamRpcError,
+)
 from .limits import over_result_limit
 from .media.stage import MediaStage
 from .media.validation import ImageRules
@@ -41,6 +53,7 @@ from .principals import ANONYMOUS
 from .ratelimits import NO_LIMITS, RateLimits
 from .relay import CallRelay
 from .scope import PrincipalScope
+from .upstreams.input_rounds import ROUND_KEYS, InputNotProvided, answer_rounds, not_provided_text
 from .upstreams.results import InvalidResult, answer_from_result
 from .telemetry.calls import NO_CALL_TELEMETRY, CallTelemetry
 from .upstreams.upstream import Upstream, resend_delay
@@ -64,6 +77,8 @@ class ToolCall:
     meta: Mapping[str, Any]
     relay: CallRelay | None = None  # progress, logs and requests back to the client
     task: "UpstreamTaskSink | None" = None  # set when the call runs as a gateway task (gateway/tasks/)
+    # A 2026-07-28 client's later round of a multi-round-trip call: inputResponses, requestState.
+    rounds: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def idempotency_key(self) -> str | None:
@@ -159,10 +174,15 @@ class CallPipeline:
         # Shielded: once claimed, a call runs to its recorded end even if the client goes
         # away, so the client's retry gets the answer instead of an unknown.
         with anyio.CancelScope(shield=True):
-            async with self._fences.holding(ticket):
-                dispatched = await self._dispatch(route, call, fence_id=ticket.fence_id, takeover=ticket.takeover)
+            try:
+                async with self._fences.holding(ticket):
+                    dispatched = await self._dispatch(route, call, fence_id=ticket.fence_id, takeover=ticket.takeover)
+            except UpstreamRefusedRequest:
+                await self._fences.release(ticket)  # nothing ran: the client changes its request
+                raise
             answer = dispatched.answer
-            if not dispatched.sent:
+            if not dispatched.sent or answer.input_required is not None:
+                # Not the call's answer (never sent, or a round of questions): the key stays free.
                 await self._fences.release(ticket)
             elif answer.outcome is Outcome.UNKNOWN:
                 await self._fences.mark_unknown(ticket, answer.to_wire())
@@ -184,7 +204,7 @@ class CallPipeline:
         upstream = self._upstreams.get(route.upstream or "")
         if upstream is None:
             return Dispatched(_never_sent(route, f"upstream {route.upstream!r} is not configured"), sent=False)
-        params: dict[str, Any] = {"name": route.target, "arguments": call.arguments}
+        params: dict[str, Any] = {"name": route.target, "arguments": call.arguments, **call.rounds}
         forwarded = forwardable_meta(call.meta)
         if route.scope_forwarded_keys and call.idempotency_key and call.principal != ANONYMOUS:
             forwarded[IDEMPOTENCY_KEY] = scoped_key(call.principal, call.idempotency_key)
@@ -207,8 +227,14 @@ class CallPipeline:
 async def _attempt(
     upstream: Upstream, tool: str, params: dict[str, Any], relay: CallRelay | None, request: Request | None = None
 ) -> AttemptEvent:
+    send = request or upstream.request
+
+    async def again(round_params: dict[str, Any]) -> dict[str, Any]:
+        return await send("tools/call", round_params, relay=relay)
+
     try:
-        result = await (request or upstream.request)("tools/call", params, relay=relay)
+        result = await send("tools/call", params, relay=relay)
+        result = await answer_rounds(again, params, result, relay)  # a handshake-era client is asked
     except UpstreamNotSent as exc:
         _log_detail(tool, exc)
         return NotSent(exc.reason)
@@ -216,12 +242,24 @@ async def _attempt(
         _log_detail(tool, exc)
         return Interrupted(exc.reason)
     except UpstreamRpcError as exc:
+        if refuses_request(exc, params):
+            raise UpstreamRefusedRequest(exc.code, exc.rpc_message, exc.data) from None
         return RpcError(exc.code, exc.rpc_message, exc.data)
+    except InputNotProvided as exc:
+        return Replied(Answer.error_text(not_provided_text(tool, exc)))
     try:
         return Replied(answer_from_result(result))
     except InvalidResult as exc:
         logger.warning("upstream %s: tools/call %s answered an invalid result: %s", upstream.name, tool, exc)
         return Replied(Answer.error_text(_invalid_result_text(tool, upstream.name, str(exc))))
+
+
+def refuses_request(exc: UpstreamRpcError, params: Mapping[str, Any]) -> bool:
+    """An upstream error about the request itself, passed to the client as that JSON-RPC error: a
+    client capability the request needs (-32021), or a bad round of a multi-round-trip call."""
+    return exc.code == MISSING_REQUIRED_CLIENT_CAPABILITY or (
+        exc.code in (INVALID_PARAMS, INVALID_REQUEST) and any(k in params for k in ROUND_KEYS)
+    )
 
 
 def _log_detail(tool: str, exc: UpstreamError) -> None:

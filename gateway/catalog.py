@@ -116,6 +116,7 @@ class Catalog:
         on_change: Callable[[], None] | None = None,
         *,
         augment_tasks: bool = False,
+        on_lists_changed: Callable[[frozenset[str]], None] | None = None,
     ) -> None:
         # True: the gateway runs any tool as a task for a client that asks, and says so in every
         # tool's execution.taskSupport (optional, or the upstream's required).
@@ -123,6 +124,8 @@ class Catalog:
         self._caches = list(caches)
         self._connectors = connectors
         self._on_change = on_change
+        # Called with the kinds ("tools", "prompts", "resources") whose published definitions changed.
+        self._on_lists_changed = on_lists_changed
         self._built = _Built()
         self._warned: set[tuple[str, ...]] = set()
         for cache in self._caches:
@@ -202,10 +205,15 @@ class Catalog:
         if key == self._built.key:
             return
         first_build = self._built.key == (-1,)
-        old_names = set(self._built.tools)
+        old = self._built
         self._built = self._build(key)
-        if not first_build and set(self._built.tools) != old_names and self._on_change is not None:
+        if first_build:
+            return
+        if set(self._built.tools) != set(old.tools) and self._on_change is not None:
             self._on_change()
+        changed = frozenset(kind for kind, (before, after) in _published(old, self._built).items() if before != after)
+        if changed and self._on_lists_changed is not None:
+            self._on_lists_changed(changed)
 
     def _warn_once(self, key: tuple[str, ...], message: str, *args: Any) -> None:
         """A collision is logged when first seen, not on every rebuild of the routes."""
@@ -234,9 +242,16 @@ class Catalog:
                 name = prompt.get("name")
                 if isinstance(name, str):
                     exposed = exposed_tool_name(cfg.name, name, cfg.prefix)
-                    built.prompts.setdefault(
-                        exposed, PromptRoute(exposed, {**prompt, "name": exposed}, cfg.name, name)
-                    )
+                    earlier_prompt = built.prompts.get(exposed)
+                    if earlier_prompt is not None:
+                        if earlier_prompt.upstream != cfg.name:
+                            self._warn_once(
+                                ("prompt", cfg.name, exposed),
+                                "prompt %r of upstream %s is also served by upstream %s, which comes first; left out",
+                                exposed, cfg.name, earlier_prompt.upstream,
+                            )
+                        continue
+                    built.prompts[exposed] = PromptRoute(exposed, {**prompt, "name": exposed}, cfg.name, name)
             for resource in cache.peek(ListKind.RESOURCES) or ():
                 uri, name = resource.get("uri"), resource.get("name")
                 if isinstance(uri, str) and uri in built.resources:
@@ -274,6 +289,18 @@ class Catalog:
                 continue
             built.tools[connector_tool.name] = _connector_route(connector_tool, self._augment_tasks)
         return built
+
+
+def _published(old: _Built, new: _Built) -> dict[str, tuple[Any, Any]]:
+    """What clients see of each list kind, before and after a rebuild."""
+    return {
+        "tools": ([r.definition for r in old.tools.values()], [r.definition for r in new.tools.values()]),
+        "prompts": ([r.definition for r in old.prompts.values()], [r.definition for r in new.prompts.values()]),
+        "resources": (
+            ([r.definition for r in old.resources.values()], [t.definition for t in old.templates]),
+            ([r.definition for r in new.resources.values()], [t.definition for t in new.templates]),
+        ),
+    }
 
 
 def _task_support(tool: dict[str, Any]) -> str:

@@ -47,6 +47,10 @@ class ServerConfig(_Strict):
     allowed_origins: list[str] = Field(default_factory=list)
     max_request_bytes: int = Field(4 * 1024 * 1024, gt=0)
     max_result_bytes: int = Field(8 * 1024 * 1024, gt=0)
+    # Stateful fronts: SSE events kept for resumption (Last-Event-ID; 0: none), and the `retry:`
+    # (milliseconds) a client waits before it reconnects.
+    sse_event_buffer: int = Field(10_000, ge=0)
+    sse_retry_ms: int = Field(1000, ge=0)
     # Connections (gateway/front/http_protocol.py, gateway/front/streams.py): an idle keep-alive
     # connection is closed after idle_timeout_seconds; a connection that sends no byte of an
     # incomplete request (a new connection, headers or a body cut off) for read_timeout_seconds is
@@ -108,6 +112,13 @@ class ToolPolicyConfig(_Strict):
     requires_approval: bool | None = None
 
 
+class RootConfig(_Strict):
+    """A root the gateway gives an upstream that asks `roots/list` (its client's workspace)."""
+
+    uri: str = Field(pattern=r"^file://")
+    name: str | None = None
+
+
 class _UpstreamBase(_Strict):
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_-]+$")
     trusts_tool_annotations: bool = True
@@ -130,6 +141,9 @@ class _UpstreamBase(_Strict):
     # Dex-aware upstream (which fences by key alone) keeps principals apart too. The
     # anonymous principal's key is always forwarded unchanged.
     scope_forwarded_keys: bool = True
+    # The answer to the upstream's `roots/list`. Unset: asked of the client of the call in flight
+    # (a session with the roots capability), else refused; set (even to []): always these.
+    roots: list[RootConfig] | None = None
 
 
 class StdioUpstreamConfig(_UpstreamBase):

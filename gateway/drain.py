@@ -15,12 +15,12 @@ store, and its retry is answered by the fence rules (docs/fences.md).
 from __future__ import annotations
 
 import logging
+from typing import Protocol
 
 import anyio
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .front.asgi import refuse
-from .front.streams import IdleStreams
 
 __all__ = ["DRAINING", "Drain", "DrainGate"]
 
@@ -30,14 +30,20 @@ logger = logging.getLogger(__name__)
 DRAINING = -32030
 
 
+class Streams(Protocol):
+    """Long-lived responses a drain ends (GET streams: front/streams.py; listen streams: front/events.py)."""
+
+    def close_all(self) -> None: ...
+
+
 class Drain:
     def __init__(self) -> None:
         self.draining = False
         self.in_flight = 0
         self._idle: anyio.Event | None = None
-        self._streams: list[IdleStreams] = []
+        self._streams: list[Streams] = []
 
-    def watch_streams(self, streams: IdleStreams) -> None:
+    def watch_streams(self, streams: Streams) -> None:
         self._streams.append(streams)
 
     def start(self) -> None:

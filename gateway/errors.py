@@ -7,7 +7,8 @@ results (never a stack trace), and the call pipeline turns upstream failures int
     ├── ConfigError               the configuration is malformed (names file, line and key)
     ├── StoreError                a fence or registration store cannot be used
     ├── RequestError              the client's request is wrong: a JSON-RPC error (code, message)
-    │   └── UnknownToolError      a tool name the principal cannot reach
+    │   ├── UnknownToolError      a tool name the principal cannot reach
+    │   └── UpstreamRefusedRequest  the upstream refused the request itself (passed on as it said)
     ├── UpstreamError             talking to an upstream MCP server failed
     │   ├── UpstreamNotSent       provably never sent: safe to send again
     │   ├── UpstreamInterrupted   may have been sent, no usable answer
@@ -102,6 +103,12 @@ class UnknownToolError(RequestError):
     def __init__(self, name: str) -> None:
         super().__init__(INVALID_PARAMS, f"unknown tool {name!r}")
         self.name = name
+
+
+class UpstreamRefusedRequest(RequestError):
+    """The upstream refused the client's request itself, before running anything: a capability the
+    client did not declare (-32021), or a bad round of a multi-round-trip call (an answer or a
+    `requestState` it rejects). The client gets that JSON-RPC error, as from the server directly."""
 
 
 class TransportError(GatewayError):

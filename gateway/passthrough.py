@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import anyio
-from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, MISSING_REQUIRED_CLIENT_CAPABILITY
 
 from .calls import forwardable_meta
 from .catalog import Catalog, PromptRoute
@@ -24,6 +24,7 @@ from .errors import RequestError, UpstreamError, UpstreamRpcError
 from .media.serving import MediaReader
 from .relay import CallRelay
 from .scope import PrincipalScope
+from .upstreams.input_rounds import InputNotProvided, answer_rounds, is_input_required
 from .upstreams.results import without_hop_keys
 from .upstreams.upstream import Upstream
 
@@ -60,20 +61,26 @@ class Passthrough:
         routes = await self._catalog.prompts()
         return [r.definition for r in routes if self._scope.may_use_prompt(principal, r.name, r.upstream)]
 
-    async def read_resource(self, principal: str, uri: str, meta: Mapping[str, Any], relay: CallRelay) -> dict[str, Any]:
+    async def read_resource(
+        self, principal: str, uri: str, meta: Mapping[str, Any], relay: CallRelay, rounds: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """The upstream's answer; on 2026-07-28 possibly a round of questions (`input_required`)."""
         if self._media.serves(uri):
             return await self._media.read_resource(principal, uri)
-        return await self._forward(await self._serving(principal, uri), "resources/read", {"uri": uri}, meta, relay)
+        params = {"uri": uri, **(rounds or {})}
+        return await self._forward(await self._serving(principal, uri), "resources/read", params, meta, relay)
 
-    async def subscribe(self, principal: str, uri: str, meta: Mapping[str, Any], relay: CallRelay, *, on: bool) -> None:
-        method = "resources/subscribe" if on else "resources/unsubscribe"
-        await self._forward(await self._serving(principal, uri), method, {"uri": uri}, meta, relay)
+    async def check_resource(self, principal: str, uri: str) -> str:
+        """The upstream serving `uri` for this principal; RequestError (not found, with the URI) otherwise."""
+        return await self._serving(principal, uri)
 
     async def get_prompt(
-        self, principal: str, name: str, arguments: Mapping[str, str] | None, meta: Mapping[str, Any], relay: CallRelay
+        self, principal: str, name: str, arguments: Mapping[str, str] | None, meta: Mapping[str, Any], relay: CallRelay,
+        rounds: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
+        """The upstream's answer; on 2026-07-28 possibly a round of questions (`input_required`)."""
         route = await self._prompt(principal, name)
-        params: dict[str, Any] = {"name": route.target}
+        params: dict[str, Any] = {"name": route.target, **(rounds or {})}
         if arguments:
             params["arguments"] = dict(arguments)
         return await self._forward(route.upstream, "prompts/get", params, meta, relay)
@@ -115,23 +122,49 @@ class Passthrough:
     async def _serving(self, principal: str, uri: str) -> str:
         upstream = await self._catalog.resource_upstream(uri)
         if upstream is None or not self._scope.may_use_resource(principal, uri, upstream):
-            raise RequestError(INVALID_PARAMS, f"no upstream serves resource {uri!r}")
+            # SEP-2164: -32602 with the URI in `data`.
+            raise RequestError(INVALID_PARAMS, f"Resource not found: no upstream serves {uri!r}", {"uri": uri})
         return upstream
 
     async def _forward(
         self, upstream_name: str, method: str, params: dict[str, Any], meta: Mapping[str, Any], relay: CallRelay
     ) -> dict[str, Any]:
+        """The upstream's result minus its hop's keys; an `input_required` round only for a 2026 client."""
         upstream = self._upstreams[upstream_name]
         forwarded = forwardable_meta(meta)
         if forwarded:
             params["_meta"] = forwarded
+
+        async def again(round_params: dict[str, Any]) -> dict[str, Any]:
+            return await upstream.request(method, round_params, relay=relay)
+
         try:
             result = await upstream.request(method, params, relay=relay)
+            result = await answer_rounds(again, params, result, relay)  # a handshake-era client is asked
         except UpstreamRpcError as exc:
             raise RequestError(exc.code, exc.rpc_message, exc.data) from None
         except UpstreamError as exc:
             logger.warning("%s failed: %s", method, exc)
             raise RequestError(INTERNAL_ERROR, f"{method} failed: the upstream {upstream_name!r} did not answer") from None
+        except InputNotProvided as exc:
+            raise _missing_capability(method, exc) from None
+        if is_input_required(result) and not relay.modern:
+            raise _missing_capability(method, InputNotProvided(_asked(result), "no session can carry them"))
         if "_meta" in result:
             result["_meta"] = without_hop_keys(result["_meta"]) or {}
         return result
+
+
+_CAPABILITY_OF = {"elicitation/create": "elicitation", "sampling/createMessage": "sampling", "roots/list": "roots"}
+
+
+def _asked(result: Mapping[str, Any]) -> list[str]:
+    requests = result.get("inputRequests")
+    return sorted({str(r.get("method")) for r in requests.values() if isinstance(r, dict)}) if isinstance(requests, dict) else []
+
+
+def _missing_capability(method: str, exc: InputNotProvided) -> RequestError:
+    """A handshake-era client that cannot answer the upstream's questions (-32021, as the upstream would)."""
+    needed = {_CAPABILITY_OF[m]: {} for m in exc.methods if m in _CAPABILITY_OF}
+    return RequestError(MISSING_REQUIRED_CLIENT_CAPABILITY, f"{method}: the upstream needs input this client cannot give "
+                        f"({exc.reason})", {"requiredCapabilities": needed})

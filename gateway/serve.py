@@ -71,6 +71,9 @@ async def serve(config: GatewayConfig, *, sock: socket.socket | None = None, wor
     uv_config = uvicorn_config(config)
     if sock is None:
         sock = uv_config.bind_socket()
+    # uvicorn marks the socket inheritable (for its own workers): a stdio upstream started by
+    # this process would then hold the port open after a crash, and a restart could not bind.
+    sock.set_inheritable(False)
     bound_port = sock.getsockname()[1]
     if bound_port != config.server.port:
         config = config.model_copy(update={"server": config.server.model_copy(update={"port": bound_port})})

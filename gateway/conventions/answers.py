@@ -20,6 +20,10 @@ class Answer:
     structured_content: dict[str, Any] | None = None
     is_error: bool = False
     meta: dict[str, Any] | None = None
+    # An upstream's `input_required` result (2026-07-28, multi-round-trip): the call is not over
+    # yet (the client answers its `inputRequests` and calls again), so it is passed on as it is
+    # and never recorded as the call's answer.
+    input_required: dict[str, Any] | None = None
 
     @property
     def outcome(self) -> Outcome | None:
@@ -31,6 +35,8 @@ class Answer:
         return "\n".join(b.get("text", "") for b in self.content if b.get("type") == "text")
 
     def to_wire(self) -> dict[str, Any]:
+        if self.input_required is not None:
+            return dict(self.input_required)
         wire: dict[str, Any] = {"content": self.content, "isError": self.is_error}
         if self.structured_content is not None:
             wire["structuredContent"] = self.structured_content
@@ -48,7 +54,8 @@ class Answer:
         )
 
     def with_meta(self, **entries: Any) -> "Answer":
-        return Answer(self.content, self.structured_content, self.is_error, {**(self.meta or {}), **entries})
+        return Answer(self.content, self.structured_content, self.is_error, {**(self.meta or {}), **entries},
+                      self.input_required)
 
     @classmethod
     def error_text(cls, text: str, outcome: Outcome | None = None, meta: dict[str, Any] | None = None) -> "Answer":

@@ -7,6 +7,9 @@
     FastPath          fastpath.py    stateless tools/call and tools/list, both eras
     SDK server        handlers.py    everything else (the official SDK's Streamable HTTP);
                       task_methods.py  tasks/* of both eras (the work: gateway/tasks/)
+                      events.py      list changes and resource updates to clients; subscriptions/listen
+                      sessions.py    live handshake-era sessions: log level, resource subscriptions
+                      event_store.py SSE resumption of the stateful front (Last-Event-ID)
 
 Both entries (the fast path and the SDK handlers) only parse requests and write responses:
 `tools.py` answers tools/call and tools/list for both, the pipeline (`gateway/calls.py`)
@@ -29,6 +32,7 @@ from ..config import GatewayConfig
 from ..media.serving import MediaReader
 from ..passthrough import Passthrough
 from ..scope import PrincipalScope
+from ..subscriptions import ResourceWatch
 from ..tasks import Tasks
 from ..telemetry import Telemetry
 from ..telemetry.sdk import trace_sdk_server
@@ -36,13 +40,15 @@ from ..upstreams.upstream import Upstream
 from .auth import Authenticator, BearerAuth
 from .body_limit import BodyLimit
 from .fastpath import FastPath
-from .handlers import GatewayServer, build_server
+from .event_store import FrontEventStore
+from .events import ClientEvents, ListenStreams
+from .handlers import FrontParts, GatewayServer, build_server
 from .hosts import HostOriginGuard, HostOriginPolicy
-from .notifier import SessionNotifier
 from .requests import RequestGate
+from .sessions import Sessions
 from .tools import ToolCalls, ToolListing
 
-__all__ = ["Authenticator", "Front", "HostOriginPolicy", "SessionNotifier", "build_front"]
+__all__ = ["Authenticator", "ClientEvents", "Front", "HostOriginPolicy", "Sessions", "build_front"]
 
 VERSION = "0.1.0"
 SERVER_INFO: Mapping[str, Any] = MappingProxyType({"name": "dex-mcp-gateway", "version": VERSION})
@@ -55,6 +61,7 @@ class Front:
     app: ASGIApp
     server: GatewayServer
     manager: StreamableHTTPSessionManager
+    listen: ListenStreams  # closed at drain and shutdown: open subscriptions/listen streams end gracefully
 
 
 def build_front(
@@ -64,7 +71,8 @@ def build_front(
     pipeline: CallPipeline,
     upstreams: dict[str, Upstream],
     scope: PrincipalScope,
-    notifier: SessionNotifier,
+    events: ClientEvents,
+    watch: ResourceWatch,
     media: MediaReader | None = None,
     tasks: Tasks | None = None,
     *,
@@ -74,15 +82,22 @@ def build_front(
     tool_calls = ToolCalls(pipeline, server_info, tasks)
     listing = ToolListing(catalog, scope, server_info)
     passthrough = Passthrough(catalog, upstreams, scope, media)
-    server = build_server(catalog, passthrough, tool_calls, listing, notifier, version=VERSION, tasks=tasks)
+    listen = ListenStreams(events, watch, scope)
+    parts = FrontParts(catalog, passthrough, tool_calls, listing, events.sessions, watch, listen, dict(server_info), tasks)
+    server = build_server(parts, version=VERSION)
     tracer = telemetry.tracer if telemetry is not None else None
     trace_sdk_server(server, tracer)  # one front span per request on the SDK path too (or none)
     server_cfg = config.server
+    resumable = server_cfg.stateful and server_cfg.sse_event_buffer > 0
     manager = StreamableHTTPSessionManager(
         app=server,
         stateless=not server_cfg.stateful,
         json_response=server_cfg.json_response,
         max_request_body_size=server_cfg.max_request_bytes,
+        # Stateful: SSE priming events, retry and replay after Last-Event-ID (the SDK keeps no
+        # event store in stateless mode).
+        event_store=FrontEventStore(server_cfg.sse_event_buffer) if resumable else None,
+        retry_interval=server_cfg.sse_retry_ms if resumable else None,
     )
     endpoint: ASGIApp = StreamableHTTPASGIApp(manager)
     if server_cfg.fast_tool_calls and not server_cfg.json_response:
@@ -94,4 +109,4 @@ def build_front(
     app = BodyLimit(app, server_cfg.max_request_bytes)
     app = BearerAuth(app, authenticator)
     app = HostOriginGuard(app, HostOriginPolicy(server_cfg))
-    return Front(app=app, server=server, manager=manager)
+    return Front(app=app, server=server, manager=manager, listen=listen)

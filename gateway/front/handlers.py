@@ -2,8 +2,10 @@
 
 `tools/call` and `tools/list` go through a server middleware to the same `ToolCalls` and
 `ToolListing` the fast path uses, and their wire dicts go out as they are (the middleware
-owns the result, so the SDK neither re-validates nor re-shapes it). Resources, prompts,
-completion and logging go to `gateway/passthrough.py`.
+owns the result, so the SDK neither re-validates nor re-shapes it). So do `prompts/get` and
+`resources/read`, whose answer may be a 2026-07-28 round of questions (`input_required`).
+Resources, prompts, completion and logging go to `gateway/passthrough.py`; subscriptions
+(`resources/subscribe`, `subscriptions/listen`) to the gateway's `ResourceWatch`.
 """
 
 from __future__ import annotations
@@ -11,194 +13,233 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import mcp_types as types
 from mcp.server import Server, ServerRequestContext
+from mcp.server.caching import CacheHint
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types import INTERNAL_ERROR
+from pydantic import BaseModel, ValidationError
 
 from ..catalog import Catalog
 from ..errors import RequestError
 from ..passthrough import Passthrough
 from ..principals import ANONYMOUS, PRINCIPAL_SCOPE_KEY
+from ..subscriptions import ResourceWatch
 from ..tasks import Tasks
 from ..tasks.wire import TASKS_EXTENSION
-from .notifier import SessionNotifier
+from ..upstreams.input_rounds import is_input_required, round_params
+from .events import ListenStreams
 from .relays import SessionRelay
+from .sessions import Sessions
 from .task_methods import TASK_METHODS, answer_task_method
 from .tools import ToolCalls, ToolListing, parse_tool_call
-from .wire import is_modern
+from .wire import is_modern, result_wire
 
-__all__ = ["GatewayServer", "build_server"]
+__all__ = ["FrontParts", "GatewayServer", "build_server"]
 
 INSTRUCTIONS = (
     "Every tool behind this gateway declares its effect and approval in _meta "
     "(io.superdurable.dex/*); send io.superdurable.dex/idempotencyKey with every write."
 )
+# What a principal may list is its own: 2026-07-28 list results are private and immediately stale.
+_CACHE_HINTS = {m: CacheHint(ttl_ms=0, scope="private") for m in ("prompts/list", "resources/list", "resources/templates/list")}
 
 
 class GatewayServer(Server[Any]):
-    """The SDK Server, advertising `tools.listChanged` (the catalog notifies live sessions) and,
-    with tasks on, the 2025-11-25 `tasks` capability (handshake era) or the tasks extension
-    (2026-07-28 `server/discover`)."""
+    """The SDK Server, advertising list changes and resource subscriptions (the gateway tells live
+    sessions, gateway/front/events.py) and, with tasks on, the 2025-11-25 `tasks` capability
+    (handshake era) or the tasks extension (2026-07-28 `server/discover`)."""
 
     serves_tasks = False
 
     def get_capabilities(self, *args: Any, **kwargs: Any) -> types.ServerCapabilities:
         caps = super().get_capabilities(*args, **kwargs)
+        update: dict[str, Any] = {}
         if caps.tools is not None:
-            caps = caps.model_copy(update={"tools": types.ToolsCapability(list_changed=True)})
+            update["tools"] = types.ToolsCapability(list_changed=True)
+        if caps.prompts is not None:
+            update["prompts"] = types.PromptsCapability(list_changed=True)
+        if caps.resources is not None:
+            update["resources"] = types.ResourcesCapability(subscribe=True, list_changed=True)
         if self.serves_tasks and not is_modern(kwargs.get("protocol_version")):
-            caps = caps.model_copy(update={"tasks": types.ServerTasksCapability(
+            update["tasks"] = types.ServerTasksCapability(
                 list=types.TasksListCapability(), cancel=types.TasksCancelCapability(),
                 requests=types.ServerTasksRequestsCapability(tools=types.TasksToolsCapability(call=types.TasksCallCapability())),
-            )})
-        return caps
+            )
+        return caps.model_copy(update=update)
 
 
-def build_server(
-    catalog: Catalog,
-    passthrough: Passthrough,
-    tool_calls: ToolCalls,
-    listing: ToolListing,
-    notifier: SessionNotifier,
-    *,
-    version: str,
-    tasks: Tasks | None = None,
-) -> GatewayServer:
-    handlers = _Handlers(catalog, passthrough, tool_calls, listing, notifier, tasks)
+@dataclass(frozen=True)
+class FrontParts:
+    """What the SDK handlers work with."""
+
+    catalog: Catalog
+    passthrough: Passthrough
+    tool_calls: ToolCalls
+    listing: ToolListing
+    sessions: Sessions
+    watch: ResourceWatch
+    listen: ListenStreams
+    server_info: dict[str, Any]
+    tasks: Tasks | None = None
+
+
+def build_server(parts: FrontParts, *, version: str) -> GatewayServer:
+    handlers = _Handlers(parts)
     with warnings.catch_warnings():
         # logging/setLevel is deprecated at 2026-07-28, and still what handshake-era clients use.
         warnings.simplefilter("ignore", MCPDeprecationWarning)
-        server = _server(handlers, catalog, version)
-    server.middleware.append(handlers.tools_middleware)
-    if tasks is not None:
+        server = GatewayServer(
+            "dex-mcp-gateway",
+            version=version,
+            instructions=INSTRUCTIONS,
+            # Registered so the capabilities say so; the middleware answers these four methods.
+            on_list_tools=handlers.unreachable,
+            on_call_tool=handlers.unreachable,
+            on_read_resource=handlers.unreachable,
+            on_get_prompt=handlers.unreachable,
+            on_list_resources=handlers.list_resources,
+            on_list_resource_templates=handlers.list_resource_templates,
+            on_subscribe_resource=handlers.subscribe,
+            on_unsubscribe_resource=handlers.unsubscribe,
+            on_subscriptions_listen=parts.listen,
+            on_list_prompts=handlers.list_prompts,
+            on_completion=handlers.complete,
+            on_set_logging_level=handlers.set_logging_level,
+            # Mcp-Param-* headers are checked against the catalog, not by listing every tool per call.
+            get_tool_input_schema=parts.catalog.input_schema,
+            cache_hints=_CACHE_HINTS,
+        )
+    server.middleware.append(handlers.middleware)
+    if parts.tasks is not None:
         server.serves_tasks = True
         server.extensions[TASKS_EXTENSION] = {}
     return server
 
 
-def _server(handlers: "_Handlers", catalog: Catalog, version: str) -> GatewayServer:
-    return GatewayServer(
-        "dex-mcp-gateway",
-        version=version,
-        instructions=INSTRUCTIONS,
-        # Registered so the capabilities say "tools"; the middleware answers both methods.
-        on_list_tools=handlers.unreachable,
-        on_call_tool=handlers.unreachable,
-        on_list_resources=handlers.list_resources,
-        on_list_resource_templates=handlers.list_resource_templates,
-        on_read_resource=handlers.read_resource,
-        on_subscribe_resource=handlers.subscribe,
-        on_unsubscribe_resource=handlers.unsubscribe,
-        on_list_prompts=handlers.list_prompts,
-        on_get_prompt=handlers.get_prompt,
-        on_completion=handlers.complete,
-        on_set_logging_level=handlers.set_logging_level,
-        # Mcp-Param-* headers are checked against the catalog, not by listing every tool per call.
-        get_tool_input_schema=catalog.input_schema,
-    )
-
-
 class _Handlers:
-    def __init__(
-        self,
-        catalog: Catalog,
-        passthrough: Passthrough,
-        tool_calls: ToolCalls,
-        listing: ToolListing,
-        notifier: SessionNotifier,
-        tasks: Tasks | None = None,
-    ) -> None:
-        self._tasks = tasks
-        self._catalog = catalog
-        self._passthrough = passthrough
-        self._tool_calls = tool_calls
-        self._listing = listing
-        self._notifier = notifier
+    def __init__(self, parts: FrontParts) -> None:
+        self._p = parts
 
-    # -- tools ----------------------------------------------------------------------------
+    # -- the middleware: methods whose wire dict the gateway writes itself ------------------------
 
-    async def tools_middleware(self, ctx: ServerRequestContext[Any], call_next: Any) -> Any:
+    async def middleware(self, ctx: ServerRequestContext[Any], call_next: Any) -> Any:
         if ctx.request_id is None:
             # A notification: the SDK drops unknown ones; a tools/call without an id never runs.
             return await call_next(ctx)
+        self._p.sessions.remember(ctx)
+        modern = is_modern(ctx.protocol_version)
         if ctx.method == "tools/call":
-            self._notifier.remember(ctx)
             with _as_mcp_error():
                 request = parse_tool_call(ctx.params)
-                return await self._tool_calls.result(
-                    _principal(ctx), request, SessionRelay(ctx), modern=is_modern(ctx.protocol_version)
-                )
+                return await self._p.tool_calls.result(_principal(ctx), request, self._relay(ctx), modern=modern)
         if ctx.method == "tools/list":
-            self._notifier.remember(ctx)
-            return await self._listing.result(_principal(ctx), modern=is_modern(ctx.protocol_version))
-        if ctx.method in TASK_METHODS and self._tasks is not None:
+            return await self._p.listing.result(_principal(ctx), modern=modern)
+        if ctx.method in ("prompts/get", "resources/read"):
+            return await self._interactive(ctx, call_next, modern)
+        if ctx.method in TASK_METHODS and self._p.tasks is not None:
             headers = ctx.request.headers if ctx.request is not None else None
             with _as_mcp_error():
                 return await answer_task_method(
-                    self._tasks, ctx.method, ctx.params, _principal(ctx), modern=is_modern(ctx.protocol_version),
-                    headers=headers,
+                    self._p.tasks, ctx.method, ctx.params, _principal(ctx), modern=modern, headers=headers,
                 )
         return await call_next(ctx)
+
+    async def _interactive(self, ctx: ServerRequestContext[Any], call_next: Any, modern: bool) -> Any:
+        """`prompts/get` and `resources/read`: the upstream's answer, or (2026-07-28) its round of questions."""
+        prompt = ctx.method == "prompts/get"
+        model: type[BaseModel] = types.GetPromptRequestParams if prompt else types.ReadResourceRequestParams
+        try:
+            params: Any = model.model_validate(ctx.params or {}, by_name=False)
+        except ValidationError:
+            return await call_next(ctx)  # the SDK answers the invalid params
+        rounds = round_params(ctx.params or {})
+        with _as_mcp_error():
+            if prompt:
+                result = await self._p.passthrough.get_prompt(
+                    _principal(ctx), params.name, params.arguments, _raw_meta(ctx), self._relay(ctx), rounds)
+            else:
+                result = await self._p.passthrough.read_resource(
+                    _principal(ctx), str(params.uri), _raw_meta(ctx), self._relay(ctx), rounds)
+            if not is_input_required(result):
+                _check(types.GetPromptResult if prompt else types.ReadResourceResult, result, ctx.method)
+                if modern and not prompt:
+                    result.setdefault("ttlMs", 0)
+                    result["cacheScope"] = "private"  # what a principal may read is its own
+        return result_wire(result, modern=modern, server_info=self._p.server_info)
+
+    def _relay(self, ctx: ServerRequestContext[Any]) -> SessionRelay:
+        return SessionRelay(ctx, self._p.sessions)
 
     async def unreachable(self, ctx: ServerRequestContext[Any], params: Any) -> Any:
         raise MCPError(INTERNAL_ERROR, f"{ctx.method} is answered by the gateway's middleware")
 
-    # -- resources, prompts, completion, logging (passthrough) ----------------------------
+    # -- lists, subscriptions, completion, logging ----------------------------------------------
 
     async def list_resources(self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
-        resources = await self._passthrough.resources(_principal(ctx))
+        resources = await self._p.passthrough.resources(_principal(ctx))
         return types.ListResourcesResult(resources=[types.Resource.model_validate(r) for r in resources])
 
     async def list_resource_templates(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListResourceTemplatesResult:
-        templates = await self._passthrough.resource_templates(_principal(ctx))
+        templates = await self._p.passthrough.resource_templates(_principal(ctx))
         return types.ListResourceTemplatesResult(
             resource_templates=[types.ResourceTemplate.model_validate(t) for t in templates]
         )
 
     async def list_prompts(self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> types.ListPromptsResult:
-        prompts = await self._passthrough.prompts(_principal(ctx))
+        prompts = await self._p.passthrough.prompts(_principal(ctx))
         return types.ListPromptsResult(prompts=[types.Prompt.model_validate(p) for p in prompts])
 
-    async def read_resource(self, ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
-        with _as_mcp_error():
-            result = await self._passthrough.read_resource(
-                _principal(ctx), str(params.uri), _raw_meta(ctx), SessionRelay(ctx)
-            )
-        return types.ReadResourceResult.model_validate(result)
-
-    async def get_prompt(self, ctx: ServerRequestContext[Any], params: types.GetPromptRequestParams) -> types.GetPromptResult:
-        with _as_mcp_error():
-            result = await self._passthrough.get_prompt(
-                _principal(ctx), params.name, params.arguments, _raw_meta(ctx), SessionRelay(ctx)
-            )
-        return types.GetPromptResult.model_validate(result)
-
     async def subscribe(self, ctx: ServerRequestContext[Any], params: types.SubscribeRequestParams) -> types.EmptyResult:
+        """The session holds the URI; its upstream reports updates while any client holds it. A client
+        served without a session has no stream for updates: accepted, as a stateless server does."""
+        uri = str(params.uri)
         with _as_mcp_error():
-            await self._passthrough.subscribe(_principal(ctx), str(params.uri), _raw_meta(ctx), SessionRelay(ctx), on=True)
+            await self._p.passthrough.check_resource(_principal(ctx), uri)
+            if self._p.sessions.subscribe(ctx, uri):
+                try:
+                    await self._p.watch.hold(uri)
+                except RequestError:
+                    self._p.sessions.unsubscribe(ctx, uri)
+                    raise
         return types.EmptyResult()
 
     async def unsubscribe(self, ctx: ServerRequestContext[Any], params: types.UnsubscribeRequestParams) -> types.EmptyResult:
-        with _as_mcp_error():
-            await self._passthrough.subscribe(_principal(ctx), str(params.uri), _raw_meta(ctx), SessionRelay(ctx), on=False)
+        uri = str(params.uri)
+        if self._p.sessions.unsubscribe(ctx, uri):
+            await self._p.watch.release(uri)
         return types.EmptyResult()
 
     async def complete(self, ctx: ServerRequestContext[Any], params: types.CompleteRequestParams) -> types.CompleteResult:
         request = params.model_dump(by_alias=True, mode="json", exclude_none=True)
         request.pop("_meta", None)
         with _as_mcp_error():
-            result = await self._passthrough.complete(_principal(ctx), request, _raw_meta(ctx), SessionRelay(ctx))
+            result = await self._p.passthrough.complete(_principal(ctx), request, _raw_meta(ctx), self._relay(ctx))
         return types.CompleteResult.model_validate(result)
 
     async def set_logging_level(self, ctx: ServerRequestContext[Any], params: types.SetLevelRequestParams) -> types.EmptyResult:
+        """The session's threshold (what the gateway relays; what a 2026 upstream is asked for), and
+        the level of the handshake-era upstreams in the principal's scope."""
+        self._p.sessions.set_log_level(ctx, params.level)
         with _as_mcp_error():
-            await self._passthrough.set_log_level(_principal(ctx), params.level)
+            await self._p.passthrough.set_log_level(_principal(ctx), params.level)
         return types.EmptyResult()
+
+
+def _check(model: type[BaseModel], result: dict[str, Any], method: str) -> None:
+    """An upstream answer that is not valid MCP is the upstream's fault, never sent on."""
+    try:
+        model.model_validate(result, by_name=False)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise RequestError(INTERNAL_ERROR, f"{method}: the upstream answered with a result that is not valid MCP "
+                           f"({where}: {first['msg']})") from None
 
 
 @contextmanager

@@ -6,7 +6,8 @@
   request's own response stream; server-to-client requests are refused (no session).
 
 Log notifications follow the SDK's rule for both: on 2026-07-28 only levels the request opted
-into (`io.modelcontextprotocol/logLevel`), on the handshake era every level.
+into (`io.modelcontextprotocol/logLevel`), on the handshake era every level at or above the
+session's `logging/setLevel` threshold.
 """
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ from mcp.server import ServerRequestContext
 from mcp.server.connection import allowed_log_levels
 from mcp.shared.exceptions import MCPError, NoBackChannelError
 from mcp.shared.message import ServerMessageMetadata
-from mcp_types import METHOD_NOT_FOUND
+from mcp_types import CLIENT_CAPABILITIES_META_KEY, LOG_LEVEL_META_KEY, METHOD_NOT_FOUND
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ..relay import RelayRefused
+from ..relay import ASKING_CAPABILITIES, RelayRefused
+from .sessions import Sessions, level_allows
+from .wire import is_modern
 
 __all__ = ["EventSink", "SessionRelay", "StreamRelay"]
 
@@ -36,6 +39,18 @@ class EventSink(Protocol):
     async def event(self, message: dict[str, Any]) -> None: ...
 
 
+def _asking(capabilities: Any) -> dict[str, Any]:
+    """The capabilities that let an upstream ask the client something, from a declared set."""
+    if not isinstance(capabilities, Mapping):
+        return {}
+    return {k: capabilities[k] for k in ASKING_CAPABILITIES if isinstance(capabilities.get(k), Mapping)}
+
+
+def _modern_level(meta: Mapping[str, Any]) -> str | None:
+    level = meta.get(LOG_LEVEL_META_KEY)
+    return level if isinstance(level, str) else None
+
+
 class StreamRelay:
     """Notifications as events on the request's own response stream."""
 
@@ -43,6 +58,13 @@ class StreamRelay:
         self._sink = sink
         self._token = meta.get("progressToken")
         self._log_levels = allowed_log_levels(protocol_version, meta)
+        self.modern = is_modern(protocol_version)
+        # A handshake-era client without a session takes every level (the SDK's rule).
+        self.log_level = _modern_level(meta) if self.modern else "debug"
+        self._capabilities = _asking(meta.get(CLIENT_CAPABILITIES_META_KEY)) if self.modern else {}
+
+    def client_capabilities(self) -> dict[str, Any]:
+        return dict(self._capabilities)
 
     async def progress(self, progress: float, total: float | None, message: str | None) -> None:
         if self._token is None:
@@ -61,6 +83,9 @@ class StreamRelay:
     async def request(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
         raise RelayRefused.no_session(method)
 
+    async def pause_stream(self) -> None:
+        pass  # a stateless response cannot be resumed: it stays open until the answer
+
 
 class _AnyResult(BaseModel):
     """A client's answer to a relayed request, kept as it came (the SDK validates it by method)."""
@@ -71,9 +96,26 @@ class _AnyResult(BaseModel):
 class SessionRelay:
     """What an upstream says during one SDK-served request, sent back on that request's session."""
 
-    def __init__(self, ctx: ServerRequestContext[Any]) -> None:
+    def __init__(self, ctx: ServerRequestContext[Any], sessions: Sessions | None = None) -> None:
         self._ctx = ctx
         self._token = (ctx.meta or {}).get("progress_token")
+        self.modern = is_modern(ctx.protocol_version)
+        params = ctx.params if isinstance(ctx.params, Mapping) else {}
+        meta = params.get("_meta") if isinstance(params.get("_meta"), Mapping) else {}
+        self._log_levels = allowed_log_levels(ctx.protocol_version, meta)  # the SDK's rule for the era
+        if self.modern:
+            self.log_level: str | None = _modern_level(meta)
+            self._threshold: str | None = None
+            self._capabilities = _asking(meta.get(CLIENT_CAPABILITIES_META_KEY))
+        else:
+            self._threshold = sessions.log_level(ctx) if sessions is not None else None
+            self.log_level = self._threshold or "debug"
+            declared = ctx.session.client_capabilities
+            can_ask = ctx.session.can_send_request and declared is not None
+            self._capabilities = _asking(declared.model_dump(by_alias=True, exclude_none=True)) if can_ask else {}
+
+    def client_capabilities(self) -> dict[str, Any]:
+        return dict(self._capabilities)
 
     async def progress(self, progress: float, total: float | None, message: str | None) -> None:
         if self._token is None:
@@ -86,11 +128,13 @@ class SessionRelay:
             logger.debug("progress notification dropped", exc_info=True)
 
     async def log(self, params: dict[str, Any]) -> None:
+        level = params.get("level")
+        if level not in self._log_levels or not level_allows(self._threshold, level):
+            return
         try:
-            await self._ctx.session.send_log_message(
-                params.get("level"), params.get("data"), params.get("logger"), related_request_id=self._ctx.request_id
-            )
-        except Exception:  # noqa: BLE001 - a lost log line must not fail the call
+            notification = types.LoggingMessageNotification(params=types.LoggingMessageNotificationParams.model_validate(params))
+            await self._ctx.session.send_notification(notification, related_request_id=self._ctx.request_id)
+        except Exception:  # noqa: BLE001 - a lost (or malformed) log line must not fail the call
             logger.debug("log notification dropped", exc_info=True)
 
     async def request(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
@@ -109,3 +153,8 @@ class SessionRelay:
         except MCPError as exc:
             raise RelayRefused(exc.error.code, exc.error.message) from None
         return result.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+    async def pause_stream(self) -> None:
+        close = self._ctx.close_sse_stream  # set only where the client can resume (event store, 2025-11-25)
+        if close is not None:
+            await close()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
@@ -21,6 +21,7 @@ from ..errors import RequestError
 from ..relay import CallRelay
 from ..scope import PrincipalScope
 from ..tasks import Tasks
+from ..upstreams.input_rounds import InputNotProvided, not_provided_text, round_params
 from .wire import encode_message, list_result, tool_result
 
 __all__ = ["ToolCallRequest", "ToolCalls", "ToolListing", "parse_tool_call"]
@@ -36,6 +37,8 @@ class ToolCallRequest:
     arguments: dict[str, Any]
     meta: dict[str, Any]
     task: dict[str, Any] | None = None
+    # A later round of a multi-round-trip call (2026-07-28): inputResponses and requestState.
+    rounds: dict[str, Any] = field(default_factory=dict)
 
 
 def parse_tool_call(params: Any) -> ToolCallRequest:
@@ -54,7 +57,7 @@ def parse_tool_call(params: Any) -> ToolCallRequest:
     task = params.get("task")
     if task is not None and not isinstance(task, dict):
         raise RequestError(INVALID_PARAMS, "tools/call: params.task must be an object")
-    return ToolCallRequest(name, arguments or {}, dict(meta) if meta else {}, task)
+    return ToolCallRequest(name, arguments or {}, dict(meta) if meta else {}, task, round_params(params))
 
 
 class ToolCalls:
@@ -69,7 +72,8 @@ class ToolCalls:
         self, principal: str, request: ToolCallRequest, relay: CallRelay | None, *, modern: bool
     ) -> dict[str, Any]:
         """The wire result; raises RequestError (the JSON-RPC error to answer instead)."""
-        call = ToolCall(principal=principal, name=request.name, arguments=request.arguments, meta=request.meta, relay=relay)
+        call = ToolCall(principal=principal, name=request.name, arguments=request.arguments, meta=request.meta, relay=relay,
+                        rounds=request.rounds)
         try:
             created: dict[str, Any] | Answer | None = None
             if self._tasks is not None:
@@ -77,13 +81,17 @@ class ToolCalls:
                 # (2026-07-28) when it takes tasks and the tool (or the upstream) makes one.
                 created = await self._tasks.tool_call(
                     principal, request.name, request.arguments, request.meta, request.task,
-                    modern=modern, era=_era(modern),
+                    modern=modern, era=_era(modern), rounds=request.rounds,
                 )
                 if isinstance(created, dict):
                     return created
             answer = created if isinstance(created, Answer) else await self._pipeline.call(call)
             if self._tasks is not None:
                 answer = await self._tasks.resolve(principal, answer)
+            if answer.input_required is not None and not modern:
+                # Only a 2026-07-28 client takes a round of questions as an answer.
+                answer = Answer.error_text(not_provided_text(request.name, InputNotProvided(
+                    _asked(answer.input_required), "it is served without a session that can carry them")))
         except RequestError:
             raise
         except Exception:
@@ -124,6 +132,11 @@ class ToolListing:
             entry = (result, encode_message(result, modern=modern))
             self._cache[key] = entry
         return entry
+
+
+def _asked(result: dict[str, Any]) -> list[str]:
+    requests = result.get("inputRequests") or {}
+    return sorted({str(r.get("method")) for r in requests.values() if isinstance(r, dict)})
 
 
 def _era(modern: bool) -> str:

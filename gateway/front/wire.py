@@ -35,7 +35,7 @@ def is_modern(protocol_version: str | None) -> bool:
 def result_wire(result: dict[str, Any], *, modern: bool, server_info: Mapping[str, Any]) -> dict[str, Any]:
     """A result dict as this era's wire wants it (adds the 2026 keys in place; returns it)."""
     if modern:
-        result["resultType"] = RESULT_COMPLETE
+        result.setdefault("resultType", RESULT_COMPLETE)  # an upstream's input_required stays as it is
         meta = result.get("_meta")
         if not isinstance(meta, dict):
             result["_meta"] = {SERVER_INFO_META_KEY: dict(server_info)}

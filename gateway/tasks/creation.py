@@ -103,14 +103,15 @@ class TaskStarter:
         self._check = check  # the lost-task rule, applied to a task a retry finds
 
     async def tool_call(self, principal: str, name: str, arguments: dict[str, Any], meta: dict[str, Any],
-                        task_param: dict[str, Any] | None, *, modern: bool, era: str) -> dict[str, Any] | Answer | None:
+                        task_param: dict[str, Any] | None, *, modern: bool, era: str,
+                        rounds: Mapping[str, Any] | None = None) -> dict[str, Any] | Answer | None:
         route = await self._p.catalog.tool(name)
         if route is None or not self._p.scope.may_use_tool(principal, route.name, route.upstream):
             return None  # the pipeline answers the unknown tool
         if modern:
             takes = wire.client_takes_tasks(meta)
             if takes and route.task_support == "forbidden" and await self._upstream_decides(route):
-                return await self._provisional(principal, route, name, arguments, meta, era=era)
+                return await self._provisional(principal, route, name, arguments, meta, era=era, rounds=rounds or {})
             wanted = takes and route.task_support != "forbidden"
         else:
             wanted = task_param is not None and (self._p.settings.augment or route.task_support != "forbidden")
@@ -181,7 +182,7 @@ class TaskStarter:
         return wire.is_modern(era)
 
     async def _provisional(self, principal: str, route: ToolRoute, name: str, arguments: dict[str, Any],
-                           meta: dict[str, Any], *, era: str) -> dict[str, Any] | Answer:
+                           meta: dict[str, Any], *, era: str, rounds: Mapping[str, Any]) -> dict[str, Any] | Answer:
         start = await self._settle(self._new_record(principal, route, era, self._p.settings.default_ttl_ms), route,
                                    arguments, meta)
         if start.existing is not None:
@@ -191,7 +192,7 @@ class TaskStarter:
         # Written before the call starts, like any task: a process that dies mid-call leaves a task
         # that the lost-task rule ends, never a key whose retry would send the call again.
         await self._p.store.insert(record)
-        call = ToolCall(principal=principal, name=name, arguments=arguments, meta=meta, task=sink)
+        call = ToolCall(principal=principal, name=name, arguments=arguments, meta=meta, task=sink, rounds=rounds)
         job = call_job(self._p.pipeline, call, sink, record.fence_id, settled=start.settled)
         finished = anyio.Event()
         answers: list[Answer] = []

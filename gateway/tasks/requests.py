@@ -3,7 +3,9 @@
 Every upstream call goes through `UpstreamTaskCall`, which decides once it knows the upstream's era:
 
 * 2026-07-28 upstream: the call declares the tasks extension and the upstream decides (SEP-2663);
-  a task it hands out is polled to its end (a plain client waits for it);
+  a task it hands out is polled to its end (a plain client waits for it). With
+  `tasks.plain_required: refuse`, a plain client's call goes without the extension, so the
+  upstream's own -32021 for a task-required tool reaches the client;
 * handshake-era upstream: a tool whose upstream says `taskSupport: required`, always; a tool that
   supports tasks (`optional`) when the call runs as a gateway task; any other: a plain request.
 
@@ -24,10 +26,11 @@ __all__ = ["TaskRequests"]
 
 
 class TaskRequests:
-    def __init__(self, *, default_ttl_ms: int, clock: Callable[[], float]) -> None:
+    def __init__(self, *, default_ttl_ms: int, clock: Callable[[], float], refuse_plain: bool = False) -> None:
         self._default_ttl_ms = default_ttl_ms
         self._clock = clock
+        self._refuse_plain = refuse_plain
 
     def for_call(self, upstream: Upstream, route: ToolRoute, call: ToolCall) -> Request | None:
         return UpstreamTaskCall(upstream, route.name, route.effect, route.task_support, call.task,
-                                self._default_ttl_ms, self._clock).request
+                                self._default_ttl_ms, self._clock, self._refuse_plain).request

@@ -46,7 +46,8 @@ def task_requests(config: TasksConfig) -> TaskRequests | None:
     """What the pipeline asks which calls go upstream as tasks (None when tasks are off)."""
     if not config.enabled:
         return None
-    return TaskRequests(default_ttl_ms=int(config.default_ttl_seconds * 1000), clock=time.time)
+    return TaskRequests(default_ttl_ms=int(config.default_ttl_seconds * 1000), clock=time.time,
+                        refuse_plain=config.plain_required == "refuse")
 
 
 def start_tasks(config: TasksConfig, store: TaskStore | None, tg: TaskGroup, *, pipeline: CallPipeline,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import anyio
@@ -44,11 +45,13 @@ class Tasks:
     # -- tools/call -------------------------------------------------------------------------
 
     async def tool_call(self, principal: str, name: str, arguments: dict[str, Any], meta: dict[str, Any],
-                        task_param: dict[str, Any] | None, *, modern: bool, era: str) -> dict[str, Any] | Answer | None:
+                        task_param: dict[str, Any] | None, *, modern: bool, era: str,
+                        rounds: Mapping[str, Any] | None = None) -> dict[str, Any] | Answer | None:
         """The CreateTaskResult wire dict when this call runs as a task; an Answer when the upstream
         was asked and answered at once (2026-07-28, it decides); None: a plain call. Raises
         RequestError when a plain call of a task-required tool is refused (tasks.plain_required)."""
-        return await self._starter.tool_call(principal, name, arguments, meta, task_param, modern=modern, era=era)
+        return await self._starter.tool_call(principal, name, arguments, meta, task_param, modern=modern, era=era,
+                                             rounds=rounds or {})
 
     async def resolve(self, principal: str, answer: Answer) -> Answer:
         """A plain call whose fence holds a task (the client asked for a task before, and retries

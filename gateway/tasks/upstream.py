@@ -66,6 +66,7 @@ class UpstreamTaskCall:
     sink: UpstreamTaskSink | None
     default_ttl_ms: int
     clock: Callable[[], float]
+    refuse_plain: bool = False  # tasks.plain_required: refuse
 
     async def request(self, method: str, params: dict[str, Any] | None, *, relay: CallRelay | None = None,
                       timeout: float | None = None) -> dict[str, Any]:
@@ -75,6 +76,9 @@ class UpstreamTaskCall:
         resume = self.sink.resume_task_id if self.sink is not None else None
         wanted = self.task_support == "required" or (self.sink is not None and self.task_support == "optional")
         if resume is None and not modern and not wanted:
+            return await self.upstream.request("tools/call", params, relay=relay, timeout=timeout)
+        if resume is None and modern and self.sink is None and self.refuse_plain:
+            # A plain client's call, as it is: the upstream refuses a task-required tool itself.
             return await self.upstream.request("tools/call", params, relay=relay, timeout=timeout)
         ttl_ms = (self.sink.ttl_ms if self.sink is not None else None) or self.default_ttl_ms
         if resume is not None:

@@ -21,64 +21,34 @@ Errors raised by `request` (gateway/errors.py), as the outcome rules read them:
 
 from __future__ import annotations
 
-import itertools
-import json
 import logging
-from collections.abc import Callable, Mapping
-from contextlib import AsyncExitStack
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import anyio
-from mcp.shared.inbound import NAME_BEARING_METHODS, encode_header_value
+from anyio.abc import TaskGroup
 
-from ..errors import RequestMaybeSent, RequestNotSent, TransportError, UpstreamInterrupted, UpstreamNotSent, UpstreamRpcError
+from ..errors import TransportError, UpstreamError, UpstreamInterrupted, UpstreamNotSent, UpstreamRpcError
 from ..relay import CallRelay
-from .rpc import (
-    CLIENT_CAPABILITIES,
-    CLIENT_INFO,
-    HANDSHAKE_VERSION,
-    MODERN_VERSION,
-    answer_server_request,
-    deliver_notification,
-    result_or_raise,
-)
-from .sse import StreamCursor, read_events
-from .transport import AiohttpTransport, HttpRequest, HttpResponse, HttpTransport, ssl_context
+from .events import NO_EVENTS, ResourceSubscriptions, UpstreamEvents
+from .http_streams import EventStreams
+from .http_wire import SESSION_HEADER, Era, HttpWire, SessionLost
+from .rpc import CLIENT_CAPABILITIES, CLIENT_INFO, HANDSHAKE_VERSION, MODERN_VERSION, request_meta
+from .transport import AiohttpTransport, HttpRequest, HttpTransport, ssl_context
 
 __all__ = ["HttpConnection"]
 
-_BROKE = "the connection to the upstream broke after the request was sent"
 logger = logging.getLogger(__name__)
 
-_SESSION_HEADER = "mcp-session-id"
-_ACCEPT = "application/json, text/event-stream"
-_MAX_RESUMPTIONS = 5
-_DRAIN_SECONDS = 0.25
-_MAX_RETRY_SECONDS = 10.0
 _CANCEL_SECONDS = 2.0
-# Task methods name their task in Mcp-Name (the tasks extension, SEP-2663).
-_TASK_METHODS = frozenset({"tasks/get", "tasks/update", "tasks/cancel"})
+_STANDALONE_WAIT_SECONDS = 2.0
 
 
-@dataclass(frozen=True, slots=True)
-class _Era:
-    """What every request of one negotiated connection carries. Never mutated: a probe or a
-    handshake uses its own `_Era`, so concurrent calls cannot pick up a provisional one."""
-
-    version: str | None  # None only for the `initialize` request itself
-    session_id: str | None = None
+_INITIALIZE_ERA = Era(None)
+_PROBE_ERA = Era(MODERN_VERSION)
 
 
-_INITIALIZE_ERA = _Era(None)
-_PROBE_ERA = _Era(MODERN_VERSION)
-
-
-class _SessionLost(Exception):
-    """The upstream answered 404 for our session id: it restarted or expired the session."""
-
-
-class HttpConnection:
+class HttpConnection(HttpWire):
     def __init__(
         self,
         name: str,
@@ -89,9 +59,10 @@ class HttpConnection:
         connect_timeout: float,
         transport: HttpTransport | None = None,
         tls_ca_file: str | None = None,
+        events: UpstreamEvents = NO_EVENTS,
+        task_group: TaskGroup | None = None,
+        roots: list[dict[str, Any]] | None = None,
     ) -> None:
-        self._name = name
-        self._url = url
         self._protocol_choice = protocol
         self._connect_timeout = connect_timeout
         if transport is None:
@@ -101,18 +72,22 @@ class HttpConnection:
                 raise UpstreamNotSent(name, "the upstream's TLS settings cannot be loaded",
                                       detail=f"tls_ca_file {tls_ca_file!r}: {exc}") from None
             transport = AiohttpTransport(connect_timeout=connect_timeout, ssl_context=context)
-        self._transport: HttpTransport = transport
-        self._headers = {name.lower(): value for name, value in headers.items()}
-        self._ids = itertools.count(1)
-        self._era: _Era | None = None  # set once, by the one negotiation
+        super().__init__(name, url, headers, transport, events, roots)
+        self._era: Era | None = None  # set once, by the one negotiation
         self._negotiation_lock = anyio.Lock()
         self._negotiations = 0  # finished (or abandoned) negotiation attempts
         self._negotiation_error: UpstreamNotSent | None = None
-        self._closed = False
+        self.closed = False
+        # What the upstream says outside calls (gateway/upstreams/http_streams.py), and for it:
+        self.server_capabilities: dict[str, Any] = {}
+        self.watched: frozenset[str] = frozenset()  # resource URIs the gateway's clients hold
+        self._subscriptions = ResourceSubscriptions()
+        self._calls: dict[int, CallRelay] = {}  # calls in flight that a client waits on
+        self._streams = EventStreams(self, task_group) if task_group is not None else None
 
     @property
     def alive(self) -> bool:
-        return not self._closed
+        return not self.closed
 
     @property
     def protocol_version(self) -> str | None:
@@ -124,17 +99,34 @@ class HttpConnection:
         return self._era is not None and self._era.session_id is None
 
     async def aclose(self) -> None:
-        self._closed = True
+        self.closed = True
+        if self._streams is not None:
+            self._streams.stop()
         era = self._era
         if era is not None and era.session_id is not None:
             # Courtesy DELETE so a stateful upstream can free the session; failures do not matter.
             with anyio.move_on_after(2):
                 try:
-                    async with self._transport.stream(HttpRequest("DELETE", self._url, self._base_headers(era))):
+                    async with self.transport.stream(HttpRequest("DELETE", self.url, self.base_headers(era))):
                         pass
                 except TransportError:
                     pass
-        await self._transport.aclose()
+        await self.transport.aclose()
+
+    async def watch(self, uris: Iterable[str], new: str | None = None) -> None:
+        """Have the upstream report updates of exactly these resources: `resources/subscribe` on the
+        handshake era (an error for `new` is raised), the listen stream's filter on 2026-07-28."""
+        self.watched = frozenset(uris)
+        era = await self._ready()
+        if era.version == MODERN_VERSION:
+            if self._streams is not None:
+                self._streams.refilter()
+            return
+
+        async def send(method: str, params: dict[str, Any]) -> dict[str, Any]:
+            return await self.request(method, params, timeout=self._connect_timeout)
+
+        await self._subscriptions.sync(era, self.watched, send, new=new)
 
     async def request(
         self,
@@ -144,34 +136,34 @@ class HttpConnection:
         timeout: float,
         relay: CallRelay | None = None,
     ) -> dict[str, Any]:
-        if self._closed:
-            raise UpstreamNotSent(self._name, "the connection is closed")
+        if self.closed:
+            raise UpstreamNotSent(self.name, "the connection is closed")
         era = await self._ready()
         try:
             return await self._call(era, method, params, relay, timeout)
-        except _SessionLost:
+        except SessionLost:
             pass
         # The upstream never processed the request (unknown session): handshake again, resend once.
         self._forget(era)
         era = await self._ready()
         try:
             return await self._call(era, method, params, relay, timeout)
-        except _SessionLost:
+        except SessionLost:
             self._forget(era)
-            raise UpstreamNotSent(self._name, "the upstream rejected a fresh session (HTTP 404)") from None
+            raise UpstreamNotSent(self.name, "the upstream rejected a fresh session (HTTP 404)") from None
 
     async def _call(
-        self, era: _Era, method: str, params: dict[str, Any] | None, relay: CallRelay | None, timeout: float
+        self, era: Era, method: str, params: dict[str, Any] | None, relay: CallRelay | None, timeout: float
     ) -> dict[str, Any]:
         try:
             with anyio.fail_after(timeout):
                 return await self._exchange(era, method, params, relay)
         except TimeoutError:
-            raise UpstreamInterrupted(self._name, f"no answer within {timeout:g} s") from None
+            raise UpstreamInterrupted(self.name, f"no answer within {timeout:g} s") from None
 
     # -- protocol negotiation -------------------------------------------------------------
 
-    async def _ready(self) -> _Era:
+    async def _ready(self) -> Era:
         """The negotiated era; the first callers wait for the one negotiation in flight."""
         era = self._era
         if era is not None:
@@ -187,7 +179,7 @@ class HttpConnection:
                     failed = self._negotiation_error
                     if failed is not None and self._negotiations != seen:
                         # The negotiation this caller waited for failed: fail alike, no second try now.
-                        raise UpstreamNotSent(self._name, failed.reason, detail=failed.detail)
+                        raise UpstreamNotSent(self.name, failed.reason, detail=failed.detail)
                     self._negotiation_error = None
                     try:
                         era = await self._negotiate()
@@ -199,19 +191,24 @@ class HttpConnection:
                     self._era = era
                     return era
         except TimeoutError:
-            raise UpstreamNotSent(self._name, f"no handshake answer within {self._connect_timeout:g} s") from None
+            raise UpstreamNotSent(self.name, f"no handshake answer within {self._connect_timeout:g} s") from None
 
-    def _forget(self, era: _Era) -> None:
+    def _forget(self, era: Era) -> None:
         """Drop a session the upstream lost, unless a concurrent call already replaced it."""
         if self._era is era:
             self._era = None
+            if self._streams is not None:
+                self._streams.stop()
 
-    async def _negotiate(self) -> _Era:
+    async def _negotiate(self) -> Era:
         if self._protocol_choice in ("auto", MODERN_VERSION):
             if await self._speaks_modern():
-                return _Era(MODERN_VERSION)
+                era = Era(MODERN_VERSION)
+                if self._streams is not None:
+                    self._streams.start_listen(era)
+                return era
             if self._protocol_choice == MODERN_VERSION:
-                raise UpstreamNotSent(self._name, "the server does not speak protocol 2026-07-28")
+                raise UpstreamNotSent(self.name, "the server does not speak protocol 2026-07-28")
         return await self._handshake()
 
     async def _speaks_modern(self) -> bool:
@@ -222,73 +219,61 @@ class HttpConnection:
             # HTTP error status (often not JSON).
             return False
         versions = result.get("supportedVersions")
-        return isinstance(versions, list) and MODERN_VERSION in versions
+        if not (isinstance(versions, list) and MODERN_VERSION in versions):
+            return False
+        self.server_capabilities = _capabilities(result)
+        return True
 
-    async def _handshake(self) -> _Era:
+    async def _handshake(self) -> Era:
         params = {"protocolVersion": HANDSHAKE_VERSION, "capabilities": CLIENT_CAPABILITIES, "clientInfo": CLIENT_INFO}
         session_ids: list[str] = []
 
         def capture(headers: Mapping[str, str]) -> None:
-            if sid := headers.get(_SESSION_HEADER):
+            if sid := headers.get(SESSION_HEADER):
                 session_ids.append(sid)
 
         try:
             result = await self._post(_INITIALIZE_ERA, self._message("initialize", params), None, capture)
         except UpstreamInterrupted as exc:
             # Nothing but the handshake was sent: the caller's own request never left.
-            raise UpstreamNotSent(self._name, f"initialize failed: {exc.reason}", detail=exc.detail) from None
+            raise UpstreamNotSent(self.name, f"initialize failed: {exc.reason}", detail=exc.detail) from None
         except UpstreamRpcError as exc:
-            raise UpstreamNotSent(self._name, f"initialize refused: {exc.reason}", detail=exc.detail) from None
-        era = _Era(str(result.get("protocolVersion") or HANDSHAKE_VERSION), session_ids[-1] if session_ids else None)
+            raise UpstreamNotSent(self.name, f"initialize refused: {exc.reason}", detail=exc.detail) from None
+        era = Era(str(result.get("protocolVersion") or HANDSHAKE_VERSION), session_ids[-1] if session_ids else None)
+        self.server_capabilities = _capabilities(result)
+        if era.session_id is not None and self._streams is not None:
+            # Open before `initialized`: a request the upstream sends as the session starts finds it.
+            await self._streams.open_standalone(era, _STANDALONE_WAIT_SECONDS)
         await self._notify(era, "notifications/initialized")
+        if self.watched:
+            self._resubscribe()
         return era
 
-    async def _notify(self, era: _Era, method: str, params: dict[str, Any] | None = None) -> None:
-        notification: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
-        if params is not None:
-            notification["params"] = params
-        body = json.dumps(notification).encode()
-        try:
-            async with self._transport.stream(HttpRequest("POST", self._url, self._json_headers(era), body)) as response:
-                await response.aread()
-        except TransportError as exc:
-            raise UpstreamNotSent(self._name, f"{method} failed", detail=str(exc)) from None
+    def _resubscribe(self) -> None:
+        """A new session holds no subscriptions: make them again (in the background)."""
+        if self._streams is None:
+            return
+
+        async def again() -> None:
+            try:
+                await self.watch(self.watched)
+            except UpstreamError as exc:
+                logger.info("upstream %s: resubscribing failed: %s", self.name, exc.reason)
+
+        self._streams.spawn(again)
 
     # -- one exchange ---------------------------------------------------------------------
 
-    def _message(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
-        message: dict[str, Any] = {"jsonrpc": "2.0", "id": next(self._ids), "method": method}
-        if params is not None:
-            message["params"] = params
-        return message
-
-    def _base_headers(self, era: _Era) -> dict[str, str]:
-        headers = {**self._headers, "accept": _ACCEPT}
-        if era.version is not None:
-            headers["mcp-protocol-version"] = era.version
-        if era.session_id is not None:
-            headers[_SESSION_HEADER] = era.session_id
-        return headers
-
-    def _json_headers(self, era: _Era) -> dict[str, str]:
-        headers = self._base_headers(era)
-        headers["content-type"] = "application/json"
-        return headers
-
     async def _exchange(
-        self, era: _Era, method: str, params: dict[str, Any] | None, relay: CallRelay | None
+        self, era: Era, method: str, params: dict[str, Any] | None, relay: CallRelay | None
     ) -> dict[str, Any]:
         message = self._message(method, dict(params) if params is not None else None)
-        if relay is not None or era.version == MODERN_VERSION:
+        modern = era.version == MODERN_VERSION
+        if relay is not None or modern:
             params_out = message.setdefault("params", {})
-            meta = dict(params_out.get("_meta") or {})
-            if relay is not None:
-                meta["progressToken"] = message["id"]
-            if era.version == MODERN_VERSION:
-                meta["io.modelcontextprotocol/protocolVersion"] = MODERN_VERSION
-                meta["io.modelcontextprotocol/clientInfo"] = CLIENT_INFO
-                meta.setdefault("io.modelcontextprotocol/clientCapabilities", {})  # a task call declares tasks
-            params_out["_meta"] = meta
+            params_out["_meta"] = request_meta(params_out.get("_meta") or {}, relay, modern=modern, token=message["id"])
+        if relay is not None:
+            self._calls[message["id"]] = relay
         try:
             return await self._post(era, message, relay)
         except anyio.get_cancelled_exc_class():
@@ -298,121 +283,20 @@ class HttpConnection:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(_CANCEL_SECONDS):
                     await self._send_cancelled(era, message["id"])
             raise
+        finally:
+            self._calls.pop(message["id"], None)
 
-    async def _send_cancelled(self, era: _Era, request_id: int) -> None:
-        try:
-            await self._notify(era, "notifications/cancelled", {"requestId": request_id, "reason": "the caller went away"})
-        except UpstreamNotSent as exc:
-            logger.debug("upstream %s: notifications/cancelled not sent: %s", self._name, exc.detail)
+    async def listen(self, era: Era, notifications: dict[str, Any]) -> None:
+        """One `subscriptions/listen` stream (2026-07-28): its events go to `self.events` until it ends."""
+        message = self._message("subscriptions/listen", {"notifications": notifications})
+        message["params"]["_meta"] = request_meta({}, None, modern=True, token=None)
+        await self._post(era, message, None)
 
-    async def _post(
-        self,
-        era: _Era,
-        message: dict[str, Any],
-        relay: CallRelay | None,
-        on_headers: Callable[[Mapping[str, str]], None] | None = None,
-    ) -> dict[str, Any]:
-        headers = self._json_headers(era)
-        if era.version == MODERN_VERSION:
-            method = message["method"]
-            headers["mcp-method"] = method
-            name_key = NAME_BEARING_METHODS.get(method) or ("taskId" if method in _TASK_METHODS else None)
-            name = (message.get("params") or {}).get(name_key) if name_key else None
-            if isinstance(name, str):
-                headers["mcp-name"] = encode_header_value(name)
-        body = json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode()
-        entered = False
-        try:
-            async with self._transport.stream(HttpRequest("POST", self._url, headers, body)) as response:
-                entered = True
-                if on_headers is not None:
-                    on_headers(response.headers)
-                return await self._read_response(era, response, message["id"], relay)
-        except RequestNotSent as exc:
-            if entered:  # only a nested exchange can raise it here; ours was sent
-                raise UpstreamInterrupted(self._name, _BROKE, detail=str(exc)) from None
-            raise UpstreamNotSent(self._name, "could not connect to the upstream", detail=str(exc)) from None
-        except RequestMaybeSent as exc:
-            raise UpstreamInterrupted(self._name, _BROKE, detail=str(exc)) from None
-
-    async def _read_response(
-        self, era: _Era, response: HttpResponse, request_id: int, relay: CallRelay | None
-    ) -> dict[str, Any]:
-        status = response.status
-        content_type = (response.headers.get("content-type") or "").lower()
-        if status == 404 and era.session_id is not None:
-            raise _SessionLost()
-        if status >= 400 or status == 202:
-            if content_type.startswith("application/json"):
-                parsed = _loads(await response.aread())
-                if isinstance(parsed, dict) and "error" in parsed:
-                    return result_or_raise(self._name, parsed)
-            else:
-                await response.drain(_DRAIN_SECONDS)  # keep the connection when the body is short
-            raise UpstreamInterrupted(self._name, f"HTTP status {status}")
-        if content_type.startswith("application/json"):
-            parsed = _loads(await response.aread())
-            if parsed is None:
-                raise UpstreamInterrupted(self._name, "unreadable response body (not JSON)")
-            return result_or_raise(self._name, parsed)
-        if content_type.startswith("text/event-stream"):
-            return await self._read_event_stream(era, response, request_id, relay)
-        raise UpstreamInterrupted(self._name, f"unexpected content type {content_type or '(none)'!r} (HTTP {status})")
-
-    async def _read_event_stream(
-        self, era: _Era, response: HttpResponse, request_id: int, relay: CallRelay | None
-    ) -> dict[str, Any]:
-        """Read SSE events until our answer; resume with Last-Event-ID when the server closes early."""
-        cursor = StreamCursor()
-        current = response
-        async with AsyncExitStack() as resumed_streams:
-            for resumption in range(_MAX_RESUMPTIONS + 1):
-                answer = await read_events(
-                    self._name, current, request_id, cursor,
-                    on_request=lambda message: self._answer(era, message, relay),
-                    on_notification=lambda message: deliver_notification(message, relay),
-                )  # fmt: skip
-                if answer is not None:
-                    # The server ends the stream after the answer: read to the end so the
-                    # keep-alive connection is reused instead of reopened for every call.
-                    await current.drain(_DRAIN_SECONDS)
-                    return result_or_raise(self._name, answer)
-                if cursor.last_event_id is None or resumption == _MAX_RESUMPTIONS:
-                    break
-                # The server ended the stream on purpose (SSE polling): reconnect after its retry delay.
-                await anyio.sleep(min(cursor.retry_seconds, _MAX_RETRY_SECONDS))
-                await resumed_streams.aclose()  # the previous resumed stream, if any
-                resumed = await self._resume(resumed_streams, era, cursor.last_event_id)
-                if resumed is None:
-                    break
-                current = resumed
-        raise UpstreamInterrupted(self._name, "the response stream ended without an answer")
-
-    async def _answer(self, era: _Era, message: dict[str, Any], relay: CallRelay | None) -> None:
-        """Answer a request the upstream made during our call (elicitation, sampling, ping...)."""
-        reply = await answer_server_request(message, relay)
-        body = json.dumps(reply, separators=(",", ":"), ensure_ascii=False).encode()
-        try:
-            async with self._transport.stream(HttpRequest("POST", self._url, self._json_headers(era), body)) as response:
-                await response.aread()
-        except TransportError as exc:
-            logger.warning("upstream %s: could not answer its %s request: %s", self._name, message.get("method"), exc)
-
-    async def _resume(self, stack: AsyncExitStack, era: _Era, last_event_id: str) -> HttpResponse | None:
-        headers = {**self._base_headers(era), "accept": "text/event-stream", "last-event-id": last_event_id}
-        try:
-            response = await stack.enter_async_context(self._transport.stream(HttpRequest("GET", self._url, headers)))
-        except TransportError as exc:
-            logger.info("upstream %s: resuming the event stream failed: %s", self._name, exc)
-            return None
-        content_type = (response.headers.get("content-type") or "").lower()
-        if response.status != 200 or not content_type.startswith("text/event-stream"):
-            return None
-        return response
+    def only_call_relay(self) -> CallRelay | None:
+        """The relay of the only call in flight: a request outside any call can only be that call's."""
+        return next(iter(self._calls.values())) if len(self._calls) == 1 else None
 
 
-def _loads(body: bytes) -> Any:
-    try:
-        return json.loads(body)
-    except ValueError:
-        return None
+def _capabilities(result: Mapping[str, Any]) -> dict[str, Any]:
+    capabilities = result.get("capabilities")
+    return dict(capabilities) if isinstance(capabilities, Mapping) else {}

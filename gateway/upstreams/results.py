@@ -35,6 +35,8 @@ class InvalidResult(ValueError):
 
 def answer_from_result(result: Mapping[str, Any]) -> Answer:
     """The Answer of a valid upstream result, minus keys of the upstream hop; InvalidResult otherwise."""
+    if result.get("resultType") == "input_required":
+        return Answer(input_required=_input_required(result))
     content = result.get("content")
     if not isinstance(content, list):
         raise InvalidResult("content: must be a list of content blocks" if "content" in result else "content: missing")
@@ -50,6 +52,26 @@ def answer_from_result(result: Mapping[str, Any]) -> Answer:
     if meta is not None and not isinstance(meta, dict):
         raise InvalidResult("_meta: must be an object")
     return Answer(content=content, structured_content=structured, is_error=is_error, meta=without_hop_keys(meta))
+
+
+def _input_required(result: Mapping[str, Any]) -> dict[str, Any]:
+    """A multi-round-trip `input_required` result (2026-07-28), checked, as it goes to the client."""
+    requests = result.get("inputRequests")
+    state = result.get("requestState")
+    if requests is not None and not isinstance(requests, dict):
+        raise InvalidResult("inputRequests: must be an object")
+    if state is not None and not isinstance(state, str):
+        raise InvalidResult("requestState: must be a string")
+    if not requests and state is None:
+        raise InvalidResult("an input_required result needs inputRequests or requestState")
+    wire: dict[str, Any] = {"resultType": "input_required"}
+    if requests:
+        wire["inputRequests"] = requests
+    if state is not None:
+        wire["requestState"] = state
+    if (meta := without_hop_keys(result.get("_meta"))) is not None:
+        wire["_meta"] = meta
+    return wire
 
 
 def without_hop_keys(meta: Any) -> dict[str, Any] | None:

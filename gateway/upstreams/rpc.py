@@ -7,9 +7,16 @@ a refused connection must not tear down a pooled session (see docs/architecture.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
-from mcp_types import METHOD_NOT_FOUND
+from mcp_types import (
+    CLIENT_CAPABILITIES_META_KEY,
+    CLIENT_INFO_META_KEY,
+    LOG_LEVEL_META_KEY,
+    METHOD_NOT_FOUND,
+    PROTOCOL_VERSION_META_KEY,
+)
 
 from ..errors import UpstreamInterrupted, UpstreamRpcError
 from ..relay import CallRelay, RelayRefused
@@ -44,7 +51,29 @@ class Connection(Protocol):
         """
         ...
 
+    async def watch(self, uris: Iterable[str], new: str | None = None) -> None:
+        """Have the upstream report updates of exactly these resources (an error for `new` is raised)."""
+        ...
+
     async def aclose(self) -> None: ...
+
+
+def request_meta(meta: Mapping[str, Any], relay: CallRelay | None, *, modern: bool, token: int | None) -> dict[str, Any]:
+    """A request's `_meta` for the upstream hop: the relay's progress token, and on 2026-07-28 the
+    envelope with what the calling client can answer and the log level it wants."""
+    out = dict(meta)
+    if relay is not None and token is not None:
+        out["progressToken"] = token
+    if modern:
+        out[PROTOCOL_VERSION_META_KEY] = MODERN_VERSION
+        out[CLIENT_INFO_META_KEY] = CLIENT_INFO
+        capabilities = dict(out.get(CLIENT_CAPABILITIES_META_KEY) or {})  # a task call declares the extension
+        if relay is not None:
+            capabilities.update(relay.client_capabilities())
+            if relay.log_level is not None:
+                out[LOG_LEVEL_META_KEY] = relay.log_level
+        out[CLIENT_CAPABILITIES_META_KEY] = capabilities
+    return out
 
 
 def result_or_raise(upstream: str, message: Any) -> dict[str, Any]:
@@ -79,19 +108,24 @@ async def deliver_notification(message: dict[str, Any], relay: CallRelay | None)
     await relay.progress(float(progress), float(total) if isinstance(total, (int, float)) else None, params.get("message"))
 
 
-async def answer_server_request(message: dict[str, Any], relay: CallRelay | None) -> dict[str, Any]:
-    """The JSON-RPC response to a request the upstream sent us."""
+async def answer_server_request(
+    message: dict[str, Any], relay: CallRelay | None, roots: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The JSON-RPC response to a request the upstream sent us: `ping` at once; `roots/list` from
+    the upstream's configured `roots` when set; otherwise relayed to the calling client, or (no
+    client to ask: a request outside any call) an error -- never left unanswered."""
     method = str(message.get("method"))
     params = message.get("params")
     reply: dict[str, Any] = {"jsonrpc": "2.0", "id": message.get("id")}
     if method == "ping":
         reply["result"] = {}
         return reply
+    if method == "roots/list" and roots is not None:
+        reply["result"] = {"roots": roots}
+        return reply
     if relay is None:
-        if method == "roots/list":
-            reply["result"] = {"roots": []}
-        else:
-            reply["error"] = {"code": METHOD_NOT_FOUND, "message": f"{method} cannot be answered on this hop"}
+        reply["error"] = {"code": METHOD_NOT_FOUND,
+                          "message": f"{method} cannot be answered: it belongs to no client request of the gateway"}
         return reply
     try:
         reply["result"] = await relay.request(method, params if isinstance(params, dict) else None)

@@ -6,7 +6,12 @@ real process and handshakes. Tests hand it in-memory streams and a fake handle i
 
 Responses are matched to callers by id; progress notifications are routed by token (or to the
 only call in flight); requests from the upstream (ping, elicitation, sampling, roots) are
-answered in the background; list_changed notifications call `on_list_changed`.
+answered in the background; list changes and resource updates go to `events` (the Upstream).
+
+The `protocol` setting: `handshake` sends `initialize` (2025-11-25); `2026-07-28` asks
+`server/discover` instead and sends every request with the per-request `_meta` envelope, and
+listens for list changes and resource updates with `subscriptions/listen`. The process starts
+in its own process group and is stopped as one (gateway/upstreams/processes.py).
 
 Errors raised by `request` (gateway/errors.py):
 
@@ -23,7 +28,7 @@ import itertools
 import json
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -31,14 +36,18 @@ import anyio
 from anyio.abc import ByteReceiveStream, ByteSendStream, TaskGroup
 from mcp.client.stdio import get_default_environment
 
-from ..errors import UpstreamInterrupted, UpstreamNotSent, UpstreamRpcError
+from ..errors import UpstreamError, UpstreamInterrupted, UpstreamNotSent, UpstreamRpcError
 from ..relay import CallRelay
+from .events import NO_EVENTS, ResourceSubscriptions, UpstreamEvents, listen_filter, route_event
+from .processes import start_process_group
 from .rpc import (
     CLIENT_CAPABILITIES,
     CLIENT_INFO,
     HANDSHAKE_VERSION,
+    MODERN_VERSION,
     answer_server_request,
     deliver_notification,
+    request_meta,
     result_or_raise,
 )
 
@@ -47,9 +56,6 @@ __all__ = ["MAX_LINE_BYTES", "ProcessHandle", "StdioConnection"]
 logger = logging.getLogger(__name__)
 
 MAX_LINE_BYTES = 64 * 1024 * 1024
-_LIST_CHANGED = frozenset(
-    {"notifications/tools/list_changed", "notifications/prompts/list_changed", "notifications/resources/list_changed"}
-)
 _PIPE_ERRORS = (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError)
 _CANCEL_SECONDS = 2.0
 
@@ -86,16 +92,24 @@ class StdioConnection:
         receive_stream: ByteReceiveStream,
         process: ProcessHandle,
         task_group: TaskGroup,
-        on_list_changed: Callable[[], None] | None = None,
+        events: UpstreamEvents = NO_EVENTS,
         max_line_bytes: int = MAX_LINE_BYTES,
+        protocol: str = "handshake",
+        roots: list[dict[str, Any]] | None = None,
     ) -> None:
         self._name = name
         self._send_stream = send_stream
         self._receive_stream = receive_stream
         self._process = process
         self._task_group = task_group
-        self._on_list_changed = on_list_changed
+        self._events = events
         self._max_line = max_line_bytes
+        self._modern = protocol == MODERN_VERSION
+        self._roots = roots  # the configured answer to roots/list (None: ask the client)
+        self.server_capabilities: dict[str, Any] = {}
+        self._watched: frozenset[str] = frozenset()
+        self._subscriptions = ResourceSubscriptions()
+        self._listen_scope: anyio.CancelScope | None = None
         self._ids = itertools.count(1)
         self._pending: dict[int, _Pending] = {}
         self._write_lock = anyio.Lock()
@@ -116,42 +130,56 @@ class StdioConnection:
         env: dict[str, str],
         cwd: str | None,
         connect_timeout: float,
-        on_list_changed: Callable[[], None] | None = None,
+        events: UpstreamEvents = NO_EVENTS,
+        protocol: str = "handshake",
+        roots: list[dict[str, Any]] | None = None,
     ) -> "StdioConnection":
         # A safe default environment (PATH, HOME, ...) plus the configured variables: the
         # gateway's own secrets are not handed to every child process.
         child_env = {**get_default_environment(), **env}
         try:
-            process = await anyio.open_process([command, *args], env=child_env, cwd=cwd or os.getcwd(), stderr=None)
+            process = await start_process_group([command, *args], child_env, cwd or os.getcwd())
         except OSError as exc:
             raise UpstreamNotSent(name, "the upstream process cannot be started",
                                   detail=f"{command!r}: {exc.strerror or exc}") from None
-        if process.stdin is None or process.stdout is None:  # pragma: no cover - open_process pipes both
-            process.kill()
-            raise UpstreamNotSent(name, "the upstream process cannot be started", detail=f"{command!r}: no pipes")
         conn = cls(
             name,
             send_stream=process.stdin,
             receive_stream=process.stdout,
             process=process,
             task_group=task_group,
-            on_list_changed=on_list_changed,
+            events=events,
+            protocol=protocol,
+            roots=roots,
         )
         await conn.initialize(connect_timeout)
         return conn
 
     async def initialize(self, timeout: float) -> None:
-        """The `initialize` handshake; on failure the connection is closed and UpstreamNotSent raised."""
-        params = {"protocolVersion": HANDSHAKE_VERSION, "capabilities": CLIENT_CAPABILITIES, "clientInfo": CLIENT_INFO}
+        """The `initialize` handshake (2026-07-28: `server/discover`); on failure the connection is
+        closed and UpstreamNotSent raised."""
+        first = "server/discover" if self._modern else "initialize"
         try:
             with anyio.fail_after(timeout):
-                result = await self._call("initialize", params, None)
-                self.protocol_version = str(result.get("protocolVersion") or HANDSHAKE_VERSION)
-                await self._write({"jsonrpc": "2.0", "method": "notifications/initialized"})
+                if self._modern:
+                    result = await self._call("server/discover", {}, None)
+                    if MODERN_VERSION not in (result.get("supportedVersions") or ()):
+                        raise UpstreamNotSent(self._name, "the server does not speak protocol 2026-07-28")
+                    self.protocol_version = MODERN_VERSION
+                else:
+                    params = {"protocolVersion": HANDSHAKE_VERSION, "capabilities": CLIENT_CAPABILITIES,
+                              "clientInfo": CLIENT_INFO}
+                    result = await self._call("initialize", params, None)
+                    self.protocol_version = str(result.get("protocolVersion") or HANDSHAKE_VERSION)
+                    await self._write({"jsonrpc": "2.0", "method": "notifications/initialized"})
         except (TimeoutError, UpstreamInterrupted, UpstreamRpcError, UpstreamNotSent) as exc:
             await self.aclose()
-            reason = "no answer to initialize" if isinstance(exc, TimeoutError) else exc.reason
+            reason = f"no answer to {first}" if isinstance(exc, TimeoutError) else exc.reason
             raise UpstreamNotSent(self._name, f"handshake failed: {reason}") from None
+        capabilities = result.get("capabilities")
+        self.server_capabilities = dict(capabilities) if isinstance(capabilities, dict) else {}
+        if self._modern:
+            self._listen()
 
     @property
     def alive(self) -> bool:
@@ -178,9 +206,9 @@ class StdioConnection:
         message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
         if params is not None:
             message["params"] = dict(params)
-        if relay is not None:
+        if relay is not None or self._modern:
             params_out = message.setdefault("params", {})
-            params_out["_meta"] = {**(params_out.get("_meta") or {}), "progressToken": request_id}
+            params_out["_meta"] = request_meta(params_out.get("_meta") or {}, relay, modern=self._modern, token=request_id)
         pending = _Pending(relay=relay)
         self._pending[request_id] = pending
         try:
@@ -271,10 +299,7 @@ class StdioConnection:
             if "id" in message:
                 # Answered in the background: the reader must keep reading while a person answers.
                 self._task_group.start_soon(self._answer_server_request, message)
-            elif message["method"] in _LIST_CHANGED:
-                if self._on_list_changed is not None:
-                    self._on_list_changed()
-            else:
+            elif not route_event(message, self._events):
                 await deliver_notification(message, self._relay_for(message))
             return
         request_id = message.get("id")
@@ -294,11 +319,44 @@ class StdioConnection:
         return None
 
     async def _answer_server_request(self, message: dict[str, Any]) -> None:
-        reply = await answer_server_request(message, self._relay_for(message))
+        reply = await answer_server_request(message, self._relay_for(message), self._roots)
         try:
             await self._write(reply)
         except UpstreamNotSent:
             pass  # the process is gone; nobody is left to read the answer
+
+    # -- resource subscriptions and (2026-07-28) the listen stream -----------------------------
+
+    async def watch(self, uris: Iterable[str], new: str | None = None) -> None:
+        """Have the upstream report updates of exactly these resources."""
+        self._watched = frozenset(uris)
+        if self._modern:
+            self._listen()
+            return
+
+        async def send(method: str, params: dict[str, Any]) -> dict[str, Any]:
+            return await self._call(method, params, None)
+
+        await self._subscriptions.sync(self, self._watched, send, new=new)
+
+    def _listen(self) -> None:
+        """(Re)open the `subscriptions/listen` request with the current filter, in the background."""
+        if self._listen_scope is not None:
+            self._listen_scope.cancel()
+        notifications = listen_filter(self.server_capabilities, self._watched)
+        if not notifications or not self._alive:
+            self._listen_scope = None
+            return
+        self._listen_scope = scope = anyio.CancelScope()
+
+        async def listen() -> None:
+            with scope:
+                try:
+                    await self._call("subscriptions/listen", {"notifications": notifications}, None)
+                except UpstreamError as exc:
+                    logger.info("upstream %s: subscriptions/listen ended: %s", self._name, exc.reason)
+
+        self._task_group.start_soon(listen)
 
     # -- closing --------------------------------------------------------------------------
 
@@ -307,8 +365,12 @@ class StdioConnection:
             await self._process.wait()
             return
         self._process.kill()
+        with anyio.move_on_after(2):
+            await self._process.wait()  # released while the event loop still runs
 
     async def aclose(self) -> None:
+        if self._listen_scope is not None:
+            self._listen_scope.cancel()
         if self._exited.is_set():
             return
         self._alive = False

@@ -4,6 +4,10 @@
 `UpstreamNotSent` (provably never sent), `UpstreamInterrupted` (maybe sent, no usable answer),
 `UpstreamRpcError` (a JSON-RPC error answer). A connection that died (a stdio process exited)
 is dropped after such an error, and the next request starts a new one.
+
+What the upstream says outside calls (list changes, resource updates) reaches the listeners
+(`list_changed_listeners`, `resource_listeners`); `watch_resource` makes the upstream report the
+updates of a URI for as long as the gateway's clients hold it (gateway/subscriptions.py).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from anyio.abc import TaskGroup
 from mcp_types import METHOD_NOT_FOUND
 
 from ..config import HttpUpstreamConfig, StdioUpstreamConfig
-from ..errors import UpstreamInterrupted, UpstreamNotSent, UpstreamRpcError
+from ..errors import UpstreamError, UpstreamInterrupted, UpstreamNotSent, UpstreamRpcError
 from ..relay import CallRelay
 from ..telemetry.tracing import upstream_request_span
 from .http import HttpConnection
@@ -37,6 +41,9 @@ class Upstream:
         self._connect_lock = anyio.Lock()
         # Called when the upstream says one of its lists changed (listing caches refresh).
         self.list_changed_listeners: list[Callable[[], None]] = []
+        # Called with a URI when the upstream says that resource changed (clients holding it are told).
+        self.resource_listeners: list[Callable[[str], None]] = []
+        self._watched: set[str] = set()
 
     async def request(
         self,
@@ -57,6 +64,33 @@ class Upstream:
                 if not connection.alive:
                     await self._forget(connection)
                 raise
+
+    async def watch_resource(self, uri: str) -> None:
+        """Have the upstream report updates of `uri`; raises what its connection raises."""
+        self._watched.add(uri)
+        try:
+            await (await self._connected()).watch(self._watched, new=uri)
+        except BaseException:
+            self._watched.discard(uri)
+            raise
+
+    async def unwatch_resource(self, uri: str) -> None:
+        self._watched.discard(uri)
+        connection = self._connection
+        if connection is not None and connection.alive:
+            await connection.watch(self._watched)
+
+    # -- UpstreamEvents: what the connection reports ----------------------------------------------
+
+    def list_changed(self, method: str) -> None:
+        for listener in self.list_changed_listeners:
+            listener()
+
+    def resource_updated(self, uri: str) -> None:
+        if uri not in self._watched:
+            return  # nobody holds it (an upstream that reports more than it was asked)
+        for listener in self.resource_listeners:
+            listener(uri)
 
     async def connection_facts(self) -> tuple[str | None, bool]:
         """(protocol version, stateless) of the live connection, connecting first. Stateless: any
@@ -96,8 +130,13 @@ class Upstream:
         async with self._connect_lock:
             if self._connection is not None and self._connection.alive:
                 return self._connection
-            self._connection = await self._connect()
-            return self._connection
+            self._connection = connection = await self._connect()
+        if self._watched:
+            try:
+                await connection.watch(self._watched)  # a new connection subscribes again
+            except UpstreamError as exc:
+                logger.info("upstream %s: resubscribing failed: %s", self.name, exc.reason)
+        return connection
 
     async def _connect(self) -> Connection:
         cfg = self.config
@@ -111,7 +150,9 @@ class Upstream:
                 env=cfg.env,
                 cwd=cfg.cwd,
                 connect_timeout=cfg.connect_timeout_seconds,
-                on_list_changed=self._list_changed,
+                events=self,
+                protocol=cfg.protocol,
+                roots=self._roots(),
             )
         return HttpConnection(
             self.name,
@@ -120,11 +161,14 @@ class Upstream:
             protocol=cfg.protocol,
             connect_timeout=cfg.connect_timeout_seconds,
             tls_ca_file=cfg.tls_ca_file,
+            events=self,
+            task_group=self._task_group,
+            roots=self._roots(),
         )
 
-    def _list_changed(self) -> None:
-        for listener in self.list_changed_listeners:
-            listener()
+    def _roots(self) -> list[dict[str, Any]] | None:
+        roots = self.config.roots
+        return None if roots is None else [r.model_dump(exclude_none=True) for r in roots]
 
     async def _forget(self, connection: Connection) -> None:
         async with self._connect_lock:

@@ -23,6 +23,15 @@ pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
 
 class RecordingRelay:
+    modern = False  # a handshake-era client: it is asked, not handed input_required results
+    log_level: str | None = None
+
+    def client_capabilities(self) -> dict[str, Any]:
+        return {}
+
+    async def pause_stream(self) -> None:
+        pass
+
     def __init__(self, answers: dict[str, Any] | None = None) -> None:
         self.progress_seen: list[tuple[float, float | None, str | None]] = []
         self.logs: list[dict[str, Any]] = []

@@ -153,6 +153,15 @@ async def open_connection(
 
 
 class Relay:
+    modern = False  # a handshake-era client: it is asked, not handed input_required results
+    log_level: str | None = None
+
+    def client_capabilities(self) -> dict[str, Any]:
+        return {}
+
+    async def pause_stream(self) -> None:
+        pass
+
     def __init__(self) -> None:
         self.progress_seen: list[float] = []
         self.asked: list[str] = []
@@ -301,7 +310,15 @@ async def test_server_requests_are_answered(tg: anyio.abc.TaskGroup) -> None:
 
 async def test_list_changed_calls_back(tg: anyio.abc.TaskGroup) -> None:
     changed: list[str] = []
-    conn, server = await open_connection(tg, echo, on_list_changed=lambda: changed.append("x"))
+
+    class Events:
+        def list_changed(self, method: str) -> None:
+            changed.append("x")
+
+        def resource_updated(self, uri: str) -> None:
+            changed.append(uri)
+
+    conn, server = await open_connection(tg, echo, events=Events())
     for kind in ("tools", "prompts", "resources"):
         await server.send({"jsonrpc": "2.0", "method": f"notifications/{kind}/list_changed"})
     await server.send({"jsonrpc": "2.0", "method": "notifications/roots/list_changed"})  # not ours: ignored

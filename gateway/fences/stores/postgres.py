@@ -10,6 +10,10 @@ fail on concurrent `CREATE ... IF NOT EXISTS` nor see a half-built schema.
 
 Each operation is one statement, atomic at READ COMMITTED: the conditional UPDATE/DELETE
 re-checks its WHERE clause on the latest row version, which is the compare-and-set.
+
+One round trip each: the claim is one statement (insert, or else read the row there), and the
+pool skips asyncpg's reset query on release (gateway/database.py). Every write commits
+synchronously: a finished answer acknowledged to the pipeline survives a PostgreSQL crash too.
 """
 
 from __future__ import annotations

@@ -1,0 +1,137 @@
+"""The live handshake-era client sessions (stateful front), and what each one set.
+
+The SDK hands handlers a per-request session; the connection under it lives as long as the
+client's MCP session, and its standalone GET stream is where notifications that belong to no
+request go. For each such connection the gateway keeps:
+
+* the log level the client chose with `logging/setLevel` (log messages below it are not
+  relayed; a 2026-07-28 upstream is asked for that level in each request's `_meta`);
+* the resources it subscribed to (`resources/subscribe`): `notifications/resources/updated`
+  reach only those sessions, and the upstream is watched while any session holds the URI.
+
+Connections are held weakly: a closed session is forgotten, and its subscriptions released.
+A stateless request has no connection that outlives it, so nothing is kept for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from mcp.server import ServerRequestContext
+
+__all__ = ["LOG_LEVELS", "Sessions", "level_allows"]
+
+logger = logging.getLogger(__name__)
+
+LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+_LIST_CHANGED = {
+    "tools": "send_tool_list_changed",
+    "prompts": "send_prompt_list_changed",
+    "resources": "send_resource_list_changed",
+}
+
+# Called with a URI when the last session holding it lets go (the upstream stops watching it).
+Release = Callable[[str], Awaitable[None]]
+
+
+def level_allows(threshold: str | None, level: Any) -> bool:
+    """Whether a message at `level` passes a session's `logging/setLevel` threshold."""
+    if threshold is None or level not in LOG_LEVELS:
+        return True
+    return LOG_LEVELS.index(level) >= LOG_LEVELS.index(threshold)
+
+
+@dataclass
+class _State:
+    level: str | None = None
+    resources: set[str] = field(default_factory=set)
+
+
+class Sessions:
+    def __init__(self) -> None:
+        self._states: weakref.WeakKeyDictionary[Any, _State] = weakref.WeakKeyDictionary()
+        self._release: Release | None = None
+        self._spawn: Callable[[Callable[[], Awaitable[None]]], None] | None = None
+
+    def on_release(self, release: Release, spawn: Callable[[Callable[[], Awaitable[None]]], None]) -> None:
+        """`release(uri)` runs (through `spawn`, in the background) for each URI a closed session held."""
+        self._release, self._spawn = release, spawn
+
+    def remember(self, ctx: ServerRequestContext[Any]) -> None:
+        self._state(ctx)
+
+    def _state(self, ctx: ServerRequestContext[Any]) -> _State | None:
+        # The SDK (2.3) exposes the connection only as ServerSession._connection.
+        connection = getattr(ctx.session, "_connection", None)
+        if connection is None or not getattr(connection, "has_standalone_channel", False):
+            return None  # a stateless request, or a 2026-07-28 one: nothing outlives it
+        state = self._states.get(connection)
+        if state is None:
+            state = self._states[connection] = _State()
+            weakref.finalize(connection, self._closed, state.resources).atexit = False
+        return state
+
+    # -- what a session set -------------------------------------------------------------------
+
+    def log_level(self, ctx: ServerRequestContext[Any]) -> str | None:
+        """The session's `logging/setLevel` threshold (None: never set, or no session)."""
+        state = self._state(ctx)
+        return state.level if state is not None else None
+
+    def set_log_level(self, ctx: ServerRequestContext[Any], level: str) -> None:
+        if (state := self._state(ctx)) is not None:
+            state.level = level
+
+    def subscribe(self, ctx: ServerRequestContext[Any], uri: str) -> bool:
+        """Note the session's subscription; True when it is new (the caller watches the upstream)."""
+        state = self._state(ctx)
+        if state is None or uri in state.resources:
+            return False
+        state.resources.add(uri)
+        return True
+
+    def unsubscribe(self, ctx: ServerRequestContext[Any], uri: str) -> bool:
+        """True when the session held the subscription (the caller releases the upstream's watch)."""
+        state = self._state(ctx)
+        if state is None or uri not in state.resources:
+            return False
+        state.resources.discard(uri)
+        return True
+
+    def _closed(self, resources: set[str]) -> None:
+        if self._release is None or self._spawn is None:
+            return
+        release = self._release
+        for uri in list(resources):
+            try:
+                self._spawn(lambda uri=uri: release(uri))  # type: ignore[misc]
+            except RuntimeError:
+                return  # shutting down: the upstreams are closed anyway
+
+    # -- telling sessions -------------------------------------------------------------------------
+
+    async def lists_changed(self, kinds: Iterable[str]) -> None:
+        """`notifications/<kind>/list_changed` to every live session."""
+        for kind in kinds:
+            method = _LIST_CHANGED.get(kind)
+            if method is None:
+                continue
+            for connection in list(self._states.keys()):
+                await _send(connection, method)
+
+    async def resource_updated(self, uri: str) -> None:
+        """`notifications/resources/updated` to the sessions subscribed to `uri`."""
+        for connection, state in list(self._states.items()):
+            if uri in state.resources:
+                await _send(connection, "send_resource_updated", uri)
+
+
+async def _send(connection: Any, method: str, *args: Any) -> None:
+    try:
+        await getattr(connection, method)(*args)
+    except Exception:  # noqa: BLE001 - a closed session just misses the notice
+        logger.debug("could not send %s to a session", method, exc_info=True)

@@ -1,0 +1,139 @@
+"""Helpers of the interop tests: real upstreams (@modelcontextprotocol/server-everything over stdio
+and Streamable HTTP, the conformance reference server in either era set), real `dex-gateway serve`
+processes, and the official SDK client of each era."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import mcp_types as types
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from tests.support.processes import sigkill, spawn_listening
+from tests.support.servers import REPO_ROOT, free_port
+
+CONFORMANCE = REPO_ROOT / "conformance"
+EVERYTHING = CONFORMANCE / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
+LOOPBACK_PRELOAD = REPO_ROOT / "tests" / "support" / "loopback_listen.mjs"
+REFERENCE = CONFORMANCE / "reference_server.py"
+ROOT_URI = "file:///work/project"
+
+
+def require_everything() -> str:
+    """The node binary, with server-everything installed (npm install in conformance/); skips
+    (saying why) only when node or npm is missing."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        pytest.skip("node and npm are needed to run @modelcontextprotocol/server-everything")
+    if not EVERYTHING.exists():
+        done = subprocess.run([npm, "install", "--no-audit", "--no-fund", "--silent"], cwd=CONFORMANCE,
+                              capture_output=True, text=True, timeout=600)
+        if done.returncode != 0 or not EVERYTHING.exists():
+            pytest.fail(f"npm install in conformance/ failed: {done.stderr[-2000:]}")
+    return node
+
+
+def everything_stdio(node: str, name: str = "ev", **options: Any) -> dict[str, Any]:
+    return {"name": name, "transport": "stdio", "command": node, "args": [str(EVERYTHING), "stdio"],
+            "cwd": str(REPO_ROOT), "prefix": "", "keyless_writes": "pass", **options}
+
+
+@contextmanager
+def everything_http(node: str) -> Iterator[str]:
+    """server-everything's Streamable HTTP transport on a loopback port; yields its /mcp URL."""
+    port = free_port()
+    lines: list[str] = []
+    process, _ = spawn_listening([node, "--import", str(LOOPBACK_PRELOAD), str(EVERYTHING), "streamableHttp"],
+                                 cwd=REPO_ROOT, env={**os.environ, "PORT": str(port)}, name="everything",
+                                 lines=lines, ready_timeout=0.5)
+    try:
+        deadline = time.monotonic() + 20
+        while not any(re.search(r"listening on port", line) for line in lines):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("server-everything did not start:\n" + "\n".join(lines))
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            sigkill(process)
+
+
+@contextmanager
+def reference_http(*, handshake_only: bool = False, state_dir: Path) -> Iterator[str]:
+    """The conformance reference server (both eras, or the handshake era only); yields its URL."""
+    argv = [sys.executable, str(REFERENCE), "--port", "0", *(["--handshake-only"] if handshake_only else [])]
+    lines: list[str] = []
+    process, url = spawn_listening(argv, cwd=REPO_ROOT, env={**os.environ, "DEX_EXAMPLE_STATE_DIR": str(state_dir)},
+                                   name="reference", lines=lines, ready_timeout=30)
+    assert url is not None, "the reference server did not start:\n" + "\n".join(lines)
+    try:
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            sigkill(process)
+
+
+def reference_stdio(state_dir: Path, **options: Any) -> dict[str, Any]:
+    return {"name": "ref", "transport": "stdio", "command": sys.executable, "args": [str(REFERENCE), "--transport", "stdio"],
+            "env": {"DEX_EXAMPLE_STATE_DIR": str(state_dir)}, "cwd": str(REPO_ROOT), "prefix": "",
+            "keyless_writes": "pass", **options}
+
+
+class Recorder:
+    """What a handshake-era client is sent outside its requests, and how it answers the server."""
+
+    def __init__(self) -> None:
+        self.notifications: list[types.ServerNotification] = []
+        self.asked: list[str] = []
+
+    async def roots(self, context: Any) -> types.ListRootsResult:
+        self.asked.append("roots/list")
+        return types.ListRootsResult(roots=[types.Root(uri=ROOT_URI, name="project")])
+
+    async def elicit(self, context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        self.asked.append("elicitation/create")
+        return types.ElicitResult(action="accept", content={"name": "Ada", "response": "yes", "confirm": True})
+
+    async def sample(self, context: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+        self.asked.append("sampling/createMessage")
+        return types.CreateMessageResult(role="assistant", content=types.TextContent(text="sampled"), model="test")
+
+    async def message(self, message: Any) -> None:
+        if isinstance(message, (types.ResourceUpdatedNotification, types.ToolListChangedNotification,
+                                types.ResourceListChangedNotification, types.PromptListChangedNotification,
+                                types.LoggingMessageNotification)):
+            self.notifications.append(message)
+
+    def updated(self, uri: str) -> int:
+        return sum(1 for n in self.notifications if isinstance(n, types.ResourceUpdatedNotification) and n.params.uri == uri)
+
+
+def client(url: str, *, mode: str, recorder: Recorder | None = None) -> Client:
+    """The SDK client: `legacy` (2025-11-25, a session with sampling, elicitation and roots) or `2026-07-28`."""
+    http = httpx2.AsyncClient(timeout=httpx2.Timeout(30, read=120))
+    recorder = recorder or Recorder()
+    return Client(streamable_http_client(url, http_client=http), mode=mode, read_timeout_seconds=60,  # type: ignore[arg-type]
+                  list_roots_callback=recorder.roots, elicitation_callback=recorder.elicit,
+                  sampling_callback=recorder.sample, message_handler=recorder.message, cache=None)
+
+
+def text_of(result: types.CallToolResult) -> str:
+    return "\n".join(b.text for b in result.content if isinstance(b, types.TextContent))
