@@ -60,6 +60,9 @@ fuzz: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/gateway_overhead.py
 
+# The official MCP conformance suites (0.1.16 and 0.2.0-alpha.12, both requirement sets), directly
+# against the reference server and through stateful and stateless gateways (needs node and npm;
+# not part of `make test`): conformance/README.md.
 conformance: $(STAMP)
 	bash conformance/run.sh
 

@@ -67,6 +67,7 @@ TOOLS: list[dict[str, Any]] = [
     tool("test_trigger_prompt_change", "Adds or removes the prompt test_dynamic_prompt (a prompts list change)"),
     tool("test_trigger_resource_update", "Says that a resource changed (notifications/resources/updated)",
          {"type": "object", "properties": {"uri": {"type": "string"}}}),
+    tool("test_protocol", "Says which protocol version the request came in"),
     tool("test_custom_header_tool", "Mirrors its `region` argument in the Mcp-Param-Region header (SEP-2243)",
          {"type": "object", "properties": {"region": {"type": "string", "x-mcp-header": "Region"}},
           "required": ["region"]}),

@@ -29,7 +29,7 @@ from .connectors.admin_api import admin_routes
 from .database import Database
 from .drain import Drain
 from .fences import Fences, FenceStore, Owner, open_fence_store
-from .front import SERVER_INFO, Authenticator, ClientEvents, Sessions, build_front
+from .front import SERVER_INFO, Authenticator, ClientEvents, Parking, Sessions, build_front
 from .front.auth import BearerAuth
 from .front.events import ListenStreams
 from .front.hosts import HostOriginGuard, HostOriginPolicy
@@ -253,7 +253,7 @@ async def _build_runtime(
     tasks = start_tasks(config.tasks, task_store, tg, pipeline=pipeline, catalog=catalog, scope=scope, fences=fences,
                         upstreams=upstreams, server_info=SERVER_INFO)
     front = build_front(config, authenticator, catalog, pipeline, upstreams, scope, events, watch, media.reader, tasks,
-                        telemetry=ops.telemetry)
+                        telemetry=ops.telemetry, parking=Parking(tg))
     ops.drain.watch_streams(front.listen)
 
     async def connectors_changed() -> None:

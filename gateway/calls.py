@@ -123,13 +123,18 @@ class CallPipeline:
 
     async def call(self, call: ToolCall) -> Answer:
         """The answer to one call; raises UnknownToolError for a name the principal cannot reach."""
-        route = await self._catalog.tool(call.name)
-        if route is None or not self._scope.may_use_tool(call.principal, route.name, route.upstream):
-            raise UnknownToolError(call.name)
+        route = await self._route(call)
         await self._limits.admit(call.principal, route.upstream)  # RateLimited: nothing was sent
         with self._telemetry.call(route) as seen:
             seen.answer = answer = await self._answer(route, call)
         return answer
+
+    async def _route(self, call: ToolCall) -> ToolRoute:
+        """The route of the called tool, if this principal may reach it (else: unknown tool)."""
+        route = await self._catalog.tool(call.name)
+        if route is None or not self._scope.may_use_tool(call.principal, route.name, route.upstream):
+            raise UnknownToolError(call.name)
+        return route
 
     async def _answer(self, route: ToolRoute, call: ToolCall) -> Answer:
         key = call.idempotency_key
@@ -144,9 +149,7 @@ class CallPipeline:
     async def call_settled(self, call: ToolCall, *, fence_id: str | None) -> Answer:
         """A call whose fence is already settled (a task holds it: gateway/tasks/): the tail without
         the fence. Raises UnknownToolError like `call`."""
-        route = await self._catalog.tool(call.name)
-        if route is None or not self._scope.may_use_tool(call.principal, route.name, route.upstream):
-            raise UnknownToolError(call.name)
+        route = await self._route(call)
         with self._telemetry.call(route) as seen:
             seen.answer = answer = (await self._dispatch(route, call, fence_id=fence_id, takeover=False)).answer
         return answer

@@ -221,6 +221,17 @@ class Catalog:
             self._warned.add(key)
             logger.warning(message, *args)
 
+    def _taken(self, kind: str, upstream: str, key: str, earlier: str | None) -> bool:
+        """Whether `key` is already served (by the upstream `earlier`): the first upstream in config
+        order wins; a clash with another upstream is warned about once."""
+        if earlier is None:
+            return False
+        if earlier != upstream:
+            self._warn_once((kind, upstream, key),
+                            "%s %r of upstream %s is also served by upstream %s, which comes first; left out",
+                            kind, key, upstream, earlier)
+        return True
+
     def _build(self, key: tuple[int, ...]) -> _Built:
         built = _Built(key=key)
         for cache in self._caches:
@@ -243,26 +254,13 @@ class Catalog:
                 if isinstance(name, str):
                     exposed = exposed_tool_name(cfg.name, name, cfg.prefix)
                     earlier_prompt = built.prompts.get(exposed)
-                    if earlier_prompt is not None:
-                        if earlier_prompt.upstream != cfg.name:
-                            self._warn_once(
-                                ("prompt", cfg.name, exposed),
-                                "prompt %r of upstream %s is also served by upstream %s, which comes first; left out",
-                                exposed, cfg.name, earlier_prompt.upstream,
-                            )
-                        continue
-                    built.prompts[exposed] = PromptRoute(exposed, {**prompt, "name": exposed}, cfg.name, name)
+                    if not self._taken("prompt", cfg.name, exposed, earlier_prompt and earlier_prompt.upstream):
+                        built.prompts[exposed] = PromptRoute(exposed, {**prompt, "name": exposed}, cfg.name, name)
             for resource in cache.peek(ListKind.RESOURCES) or ():
                 uri, name = resource.get("uri"), resource.get("name")
-                if isinstance(uri, str) and uri in built.resources:
-                    if built.resources[uri].upstream != cfg.name:
-                        self._warn_once(
-                            ("resource", cfg.name, uri),
-                            "resource %r of upstream %s is also served by upstream %s, which comes first; left out",
-                            uri, cfg.name, built.resources[uri].upstream,
-                        )
-                    continue
-                if isinstance(uri, str):
+                earlier_resource = built.resources.get(uri) if isinstance(uri, str) else None
+                if isinstance(uri, str) and not self._taken("resource", cfg.name, uri,
+                                                            earlier_resource and earlier_resource.upstream):
                     definition = dict(resource)
                     if isinstance(name, str):
                         definition["name"] = exposed_tool_name(cfg.name, name, cfg.prefix)
@@ -270,15 +268,8 @@ class Catalog:
             for template in cache.peek(ListKind.RESOURCE_TEMPLATES) or ():
                 uri_template, name = template.get("uriTemplate"), template.get("name")
                 earlier = next((t for t in built.templates if t.definition.get("uriTemplate") == uri_template), None)
-                if earlier is not None:
-                    if earlier.upstream != cfg.name:
-                        self._warn_once(
-                            ("template", cfg.name, uri_template),
-                            "resource template %r of upstream %s is also served by upstream %s, which comes first; left out",
-                            uri_template, cfg.name, earlier.upstream,
-                        )
-                    continue
-                if isinstance(uri_template, str):
+                if isinstance(uri_template, str) and not self._taken("resource template", cfg.name, uri_template,
+                                                                     earlier and earlier.upstream):
                     definition = dict(template)
                     if isinstance(name, str):
                         definition["name"] = exposed_tool_name(cfg.name, name, cfg.prefix)

@@ -34,8 +34,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    # One line per request is noise at INFO (upstream requests, SDK session bookkeeping).
-    for noisy in ("httpx", "mcp.server.streamable_http", "mcp.server.streamable_http_manager"):
+    # One line per request is noise at INFO (upstream requests, the SDK client's requests in `check`,
+    # SDK session bookkeeping).
+    for noisy in ("httpx", "httpx2", "mcp.server.streamable_http", "mcp.server.streamable_http_manager"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
         return int(args.run(args) or 0)

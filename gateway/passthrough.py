@@ -22,10 +22,11 @@ from .calls import forwardable_meta
 from .catalog import Catalog, PromptRoute
 from .errors import RequestError, UpstreamError, UpstreamRpcError
 from .media.serving import MediaReader
-from .relay import CallRelay
+from .relay import CAPABILITY_OF, CallRelay
 from .scope import PrincipalScope
-from .upstreams.input_rounds import InputNotProvided, answer_rounds, is_input_required
+from .upstreams.input_rounds import InputNotProvided, answer_rounds, asked_methods, is_input_required
 from .upstreams.results import without_hop_keys
+from .upstreams.rpc import MODERN_VERSION
 from .upstreams.upstream import Upstream
 
 __all__ = ["Passthrough"]
@@ -98,12 +99,14 @@ class Passthrough:
         return await self._forward(upstream, "completion/complete", {**request, "ref": ref}, meta, relay)
 
     async def set_log_level(self, principal: str, level: str) -> None:
-        """Pass the level on to every upstream in the principal's scope that logs (others are skipped)."""
+        """Pass the level on to every handshake-era upstream in the principal's scope that logs (others are skipped)."""
         names = self._scope.upstreams_for(principal, self._upstreams)
         if not names:
             raise RequestError(INVALID_PARAMS, "logging/setLevel: this principal's scope includes no upstream")
 
         async def set_level(upstream: Upstream) -> None:
+            if upstream.protocol_version == MODERN_VERSION:
+                return  # asked per request instead (the session's level, gateway/front/relays.py)
             try:
                 await upstream.request("logging/setLevel", {"level": level})
             except UpstreamError as exc:
@@ -149,22 +152,14 @@ class Passthrough:
         except InputNotProvided as exc:
             raise _missing_capability(method, exc) from None
         if is_input_required(result) and not relay.modern:
-            raise _missing_capability(method, InputNotProvided(_asked(result), "no session can carry them"))
+            raise _missing_capability(method, InputNotProvided(asked_methods(result), "no session can carry them"))
         if "_meta" in result:
             result["_meta"] = without_hop_keys(result["_meta"]) or {}
         return result
 
 
-_CAPABILITY_OF = {"elicitation/create": "elicitation", "sampling/createMessage": "sampling", "roots/list": "roots"}
-
-
-def _asked(result: Mapping[str, Any]) -> list[str]:
-    requests = result.get("inputRequests")
-    return sorted({str(r.get("method")) for r in requests.values() if isinstance(r, dict)}) if isinstance(requests, dict) else []
-
-
 def _missing_capability(method: str, exc: InputNotProvided) -> RequestError:
     """A handshake-era client that cannot answer the upstream's questions (-32021, as the upstream would)."""
-    needed = {_CAPABILITY_OF[m]: {} for m in exc.methods if m in _CAPABILITY_OF}
+    needed = {CAPABILITY_OF[m]: {} for m in exc.methods if m in CAPABILITY_OF}
     return RequestError(MISSING_REQUIRED_CLIENT_CAPABILITY, f"{method}: the upstream needs input this client cannot give "
                         f"({exc.reason})", {"requiredCapabilities": needed})

@@ -21,10 +21,11 @@ from typing import Any, Protocol
 
 from mcp_types import METHOD_NOT_FOUND
 
-__all__ = ["ASKING_CAPABILITIES", "CallRelay", "RelayRefused"]
+__all__ = ["ASKING_CAPABILITIES", "CAPABILITY_OF", "CallRelay", "RelayRefused"]
 
-# The client capabilities that let a server ask the client something during a request.
-ASKING_CAPABILITIES = ("elicitation", "sampling", "roots")
+# The client capabilities that let a server ask the client something during a request, by method.
+CAPABILITY_OF = {"elicitation/create": "elicitation", "sampling/createMessage": "sampling", "roots/list": "roots"}
+ASKING_CAPABILITIES = tuple(CAPABILITY_OF.values())
 
 
 class RelayRefused(Exception):

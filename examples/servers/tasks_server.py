@@ -9,8 +9,8 @@
   `tasks/cancel`. Without the extension: `tasks/*` and task-required tools answer -32021.
 
 Its tools are the fixtures the conformance suite's `tasks-*` scenarios call (greet, slow_compute,
-failing_job, protocol_error_job, confirm_delete, multi_input, test_tool_with_task), so the suite
-runs against it directly and through the gateway (conformance/run-tasks.sh). Every task start is
+failing_job, protocol_error_job, confirm_delete, multi_input, test_tool_with_task); the conformance
+reference server (conformance/reference_server.py) serves them through this class. Every task start is
 logged in the state directory (executions.jsonl, with the idempotency key) for the gateway tests.
 
     python examples/servers/tasks_server.py --transport http --port 0    (stateless HTTP, both eras)

@@ -7,6 +7,7 @@
     FastPath          fastpath.py    stateless tools/call and tools/list, both eras
     SDK server        handlers.py    everything else (the official SDK's Streamable HTTP);
                       task_methods.py  tasks/* of both eras (the work: gateway/tasks/)
+                      parking.py     a handshake-era upstream's questions as input_required rounds
                       events.py      list changes and resource updates to clients; subscriptions/listen
                       sessions.py    live handshake-era sessions: log level, resource subscriptions
                       event_store.py SSE resumption of the stateful front (Last-Event-ID)
@@ -18,7 +19,7 @@ does the work, and `wire.py` gives every answer its era's wire form.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -43,12 +44,14 @@ from .fastpath import FastPath
 from .event_store import FrontEventStore
 from .events import ClientEvents, ListenStreams
 from .handlers import FrontParts, GatewayServer, build_server
+from .parking import Parking
 from .hosts import HostOriginGuard, HostOriginPolicy
 from .requests import RequestGate
 from .sessions import Sessions
 from .tools import ToolCalls, ToolListing
+from .wire import is_modern
 
-__all__ = ["Authenticator", "ClientEvents", "Front", "HostOriginPolicy", "Sessions", "build_front"]
+__all__ = ["Authenticator", "ClientEvents", "Front", "HostOriginPolicy", "Parking", "Sessions", "build_front"]
 
 VERSION = "0.1.0"
 SERVER_INFO: Mapping[str, Any] = MappingProxyType({"name": "dex-mcp-gateway", "version": VERSION})
@@ -77,13 +80,15 @@ def build_front(
     tasks: Tasks | None = None,
     *,
     telemetry: Telemetry | None = None,
+    parking: Parking | None = None,
 ) -> Front:
     server_info = SERVER_INFO
-    tool_calls = ToolCalls(pipeline, server_info, tasks)
+    tool_calls = ToolCalls(pipeline, server_info, tasks, parking, _may_ask(catalog, upstreams))
     listing = ToolListing(catalog, scope, server_info)
     passthrough = Passthrough(catalog, upstreams, scope, media)
     listen = ListenStreams(events, watch, scope)
-    parts = FrontParts(catalog, passthrough, tool_calls, listing, events.sessions, watch, listen, dict(server_info), tasks)
+    parts = FrontParts(catalog, passthrough, tool_calls, listing, events.sessions, watch, listen, dict(server_info), tasks,
+                       parking)
     server = build_server(parts, version=VERSION)
     tracer = telemetry.tracer if telemetry is not None else None
     trace_sdk_server(server, tracer)  # one front span per request on the SDK path too (or none)
@@ -110,3 +115,17 @@ def build_front(
     app = BearerAuth(app, authenticator)
     app = HostOriginGuard(app, HostOriginPolicy(server_cfg))
     return Front(app=app, server=server, manager=manager, listen=listen)
+
+
+def _may_ask(catalog: Catalog, upstreams: dict[str, Upstream]) -> Callable[[str], bool]:
+    """Whether a tool's upstream may ask the client something with a server-to-client request
+    (the handshake era; a 2026-07-28 upstream asks with input_required results itself)."""
+
+    def may_ask(tool: str) -> bool:
+        route = catalog.peek_tool(tool)
+        if route is None or route.upstream is None:
+            return route is None  # not listed yet: it may be; a connector never asks
+        upstream = upstreams.get(route.upstream)
+        return upstream is not None and not is_modern(upstream.protocol_version)
+
+    return may_ask

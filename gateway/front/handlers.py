@@ -31,7 +31,9 @@ from ..subscriptions import ResourceWatch
 from ..tasks import Tasks
 from ..tasks.wire import TASKS_EXTENSION
 from ..upstreams.input_rounds import is_input_required, round_params
+from ..relay import CallRelay
 from .events import ListenStreams
+from .parking import Parking
 from .relays import SessionRelay
 from .sessions import Sessions
 from .task_methods import TASK_METHODS, answer_task_method
@@ -85,6 +87,7 @@ class FrontParts:
     listen: ListenStreams
     server_info: dict[str, Any]
     tasks: Tasks | None = None
+    parking: Parking | None = None
 
 
 def build_server(parts: FrontParts, *, version: str) -> GatewayServer:
@@ -156,14 +159,24 @@ class _Handlers:
             params: Any = model.model_validate(ctx.params or {}, by_name=False)
         except ValidationError:
             return await call_next(ctx)  # the SDK answers the invalid params
-        rounds = round_params(ctx.params or {})
         with _as_mcp_error():
+            rounds = round_params(ctx.params or {})
+        principal, relay = _principal(ctx), self._relay(ctx)
+
+        async def work(asking: CallRelay) -> dict[str, Any]:
             if prompt:
-                result = await self._p.passthrough.get_prompt(
-                    _principal(ctx), params.name, params.arguments, _raw_meta(ctx), self._relay(ctx), rounds)
+                return await self._p.passthrough.get_prompt(principal, params.name, params.arguments, _raw_meta(ctx),
+                                                            asking, rounds)
+            return await self._p.passthrough.read_resource(principal, str(params.uri), _raw_meta(ctx), asking, rounds)
+
+        parking = self._p.parking
+        with _as_mcp_error():
+            if parking is not None and modern and (parking.continues(rounds) or parking.may_ask(relay)):
+                # An upstream that asks on the handshake era: its questions become input_required rounds.
+                target = f"{ctx.method} {params.name if prompt else params.uri}"
+                result = await parking.round(principal, target, relay, rounds, work)
             else:
-                result = await self._p.passthrough.read_resource(
-                    _principal(ctx), str(params.uri), _raw_meta(ctx), self._relay(ctx), rounds)
+                result = await work(relay)
             if not is_input_required(result):
                 _check(types.GetPromptResult if prompt else types.ReadResourceResult, result, ctx.method)
                 if modern and not prompt:
@@ -225,9 +238,9 @@ class _Handlers:
     async def set_logging_level(self, ctx: ServerRequestContext[Any], params: types.SetLevelRequestParams) -> types.EmptyResult:
         """The session's threshold (what the gateway relays; what a 2026 upstream is asked for), and
         the level of the handshake-era upstreams in the principal's scope."""
-        self._p.sessions.set_log_level(ctx, params.level)
         with _as_mcp_error():
             await self._p.passthrough.set_log_level(_principal(ctx), params.level)
+        self._p.sessions.set_log_level(ctx, params.level)
         return types.EmptyResult()
 
 

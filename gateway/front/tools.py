@@ -8,7 +8,7 @@ here and in the pipeline (gateway/calls.py), once.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,8 +21,10 @@ from ..errors import RequestError
 from ..relay import CallRelay
 from ..scope import PrincipalScope
 from ..tasks import Tasks
-from ..upstreams.input_rounds import InputNotProvided, not_provided_text, round_params
-from .wire import encode_message, list_result, tool_result
+from ..tasks.wire import client_takes_tasks
+from ..upstreams.input_rounds import InputNotProvided, asked_methods, not_provided_text, round_params
+from .parking import Parking
+from .wire import encode_message, list_result, result_wire, tool_result
 
 __all__ = ["ToolCallRequest", "ToolCalls", "ToolListing", "parse_tool_call"]
 
@@ -63,15 +65,37 @@ def parse_tool_call(params: Any) -> ToolCallRequest:
 class ToolCalls:
     """Answers `tools/call` for a principal: the pipeline, then the era's wire dict."""
 
-    def __init__(self, pipeline: CallPipeline, server_info: Mapping[str, Any], tasks: Tasks | None = None) -> None:
+    def __init__(self, pipeline: CallPipeline, server_info: Mapping[str, Any], tasks: Tasks | None = None,
+                 parking: Parking | None = None, may_ask: Callable[[str], bool] | None = None) -> None:
         self._pipeline = pipeline
         self._server_info = server_info
         self._tasks = tasks
+        # A 2026-07-28 client's call of a tool whose upstream may ask it something on the handshake
+        # era (`may_ask(tool)`) runs parked, its questions asked as input_required rounds.
+        self._parking = parking
+        self._may_ask = may_ask
 
     async def result(
         self, principal: str, request: ToolCallRequest, relay: CallRelay | None, *, modern: bool
     ) -> dict[str, Any]:
         """The wire result; raises RequestError (the JSON-RPC error to answer instead)."""
+        parking = self._parking
+        if parking is not None and relay is not None and modern and (
+            parking.continues(request.rounds)
+            or (parking.may_ask(relay) and not client_takes_tasks(request.meta)
+                and (self._may_ask is None or self._may_ask(request.name)))
+        ):
+            async def work(parked: CallRelay) -> dict[str, Any]:
+                return await self._result(principal, request, parked, modern=True)
+
+            # A round of the gateway's own questions gets the era's stamp; a result already has it.
+            result = await parking.round(principal, request.name, relay, request.rounds, work)
+            return result_wire(result, modern=True, server_info=self._server_info)
+        return await self._result(principal, request, relay, modern=modern)
+
+    async def _result(
+        self, principal: str, request: ToolCallRequest, relay: CallRelay | None, *, modern: bool
+    ) -> dict[str, Any]:
         call = ToolCall(principal=principal, name=request.name, arguments=request.arguments, meta=request.meta, relay=relay,
                         rounds=request.rounds)
         try:
@@ -91,7 +115,7 @@ class ToolCalls:
             if answer.input_required is not None and not modern:
                 # Only a 2026-07-28 client takes a round of questions as an answer.
                 answer = Answer.error_text(not_provided_text(request.name, InputNotProvided(
-                    _asked(answer.input_required), "it is served without a session that can carry them")))
+                    asked_methods(answer.input_required), "it is served without a session that can carry them")))
         except RequestError:
             raise
         except Exception:
@@ -132,11 +156,6 @@ class ToolListing:
             entry = (result, encode_message(result, modern=modern))
             self._cache[key] = entry
         return entry
-
-
-def _asked(result: dict[str, Any]) -> list[str]:
-    requests = result.get("inputRequests") or {}
-    return sorted({str(r.get("method")) for r in requests.values() if isinstance(r, dict)})
 
 
 def _era(modern: bool) -> str:

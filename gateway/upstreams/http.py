@@ -157,7 +157,7 @@ class HttpConnection(HttpWire):
     ) -> dict[str, Any]:
         try:
             with anyio.fail_after(timeout):
-                return await self._exchange(era, method, params, relay)
+                return await self._exchange(era, method, params, relay, anyio.current_time() + timeout)
         except TimeoutError:
             raise UpstreamInterrupted(self.name, f"no answer within {timeout:g} s") from None
 
@@ -265,7 +265,12 @@ class HttpConnection(HttpWire):
     # -- one exchange ---------------------------------------------------------------------
 
     async def _exchange(
-        self, era: Era, method: str, params: dict[str, Any] | None, relay: CallRelay | None
+        self,
+        era: Era,
+        method: str,
+        params: dict[str, Any] | None,
+        relay: CallRelay | None,
+        deadline: float = float("inf"),
     ) -> dict[str, Any]:
         message = self._message(method, dict(params) if params is not None else None)
         modern = era.version == MODERN_VERSION
@@ -277,9 +282,11 @@ class HttpConnection(HttpWire):
         try:
             return await self._post(era, message, relay)
         except anyio.get_cancelled_exc_class():
-            # The caller gave up (its client went away, or the call timed out). On 2026-07-28
-            # closing the response stream is the cancellation; the handshake era needs a message.
-            if era.version != MODERN_VERSION and method != "initialize":
+            # The caller went away (its client disconnected): on 2026-07-28 closing the response
+            # stream is the cancellation; the handshake era needs a message. Not when our own call
+            # timeout ran out: a write is then sent again with the same key, and the upstream
+            # should finish the first one (its own fence answers the resend) rather than drop it.
+            if era.version != MODERN_VERSION and method != "initialize" and anyio.current_time() < deadline:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(_CANCEL_SECONDS):
                     await self._send_cancelled(era, message["id"])
             raise

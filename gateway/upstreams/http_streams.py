@@ -38,9 +38,6 @@ logger = logging.getLogger(__name__)
 
 _MAX_BACKOFF = 30.0
 _NO_ANSWER_ID = -1  # the standalone stream answers none of our requests
-# Statuses that mean "no standalone stream here": 405 (none offered), 404 (the session is gone:
-# a new session opens its own), 400/409 (refused, or another stream is already open).
-_NO_STREAM = frozenset({400, 404, 405, 409})
 
 
 class EventStreams:
@@ -106,9 +103,13 @@ class EventStreams:
         try:
             async with conn.transport.stream(HttpRequest("GET", conn.url, headers)) as response:
                 content_type = (response.headers.get("content-type") or "").lower()
-                if response.status in _NO_STREAM or not content_type.startswith("text/event-stream"):
+                if response.status >= 500:
+                    return False  # try again later
+                # 405: none offered; 404: the session is gone (a new session opens its own); 400/409:
+                # refused, or another stream is already open; an answer that is not a stream.
+                if response.status >= 400 or not content_type.startswith("text/event-stream"):
                     logger.debug("upstream %s: no standalone stream (HTTP %d)", conn.name, response.status)
-                    return None if response.status in _NO_STREAM else False
+                    return None
                 ready.set()
                 await read_events(
                     conn.name, response, _NO_ANSWER_ID, cursor,

@@ -18,9 +18,15 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from mcp_types import INVALID_PARAMS
+
+from ..errors import RequestError
 from ..relay import CallRelay, RelayRefused
 
-__all__ = ["INPUT_REQUIRED", "ROUND_KEYS", "InputNotProvided", "answer_rounds", "is_input_required", "not_provided_text", "round_params"]
+__all__ = [
+    "INPUT_REQUIRED", "ROUND_KEYS", "InputNotProvided", "answer_rounds", "asked_methods", "is_input_required",
+    "not_provided_text", "round_params",
+]
 
 INPUT_REQUIRED = "input_required"
 # The params a client sends in a later round of a multi-round-trip request.
@@ -41,9 +47,25 @@ def is_input_required(result: Any) -> bool:
     return isinstance(result, Mapping) and result.get("resultType") == INPUT_REQUIRED
 
 
+def asked_methods(result: Mapping[str, Any]) -> list[str]:
+    """The methods an `input_required` result asks for (`elicitation/create`, ...)."""
+    requests = result.get("inputRequests")
+    if not isinstance(requests, Mapping):
+        return []
+    return sorted({str(r.get("method")) for r in requests.values() if isinstance(r, Mapping)})
+
+
 def round_params(params: Mapping[str, Any]) -> dict[str, Any]:
-    """The round keys (`inputResponses`, `requestState`) a client's request carries."""
-    return {k: params[k] for k in ROUND_KEYS if k in params}
+    """The round keys (`inputResponses`, `requestState`) a client's request carries, checked:
+    RequestError (-32602) for responses that are not an object of objects, or a state that is
+    not a string (whatever the upstream's era, it never sees a malformed round)."""
+    rounds = {k: params[k] for k in ROUND_KEYS if k in params}
+    responses = rounds.get("inputResponses", {})
+    if not isinstance(responses, Mapping) or not all(isinstance(r, Mapping) for r in responses.values()):
+        raise RequestError(INVALID_PARAMS, "inputResponses must be an object whose values are the answers (objects)")
+    if "requestState" in rounds and not isinstance(rounds["requestState"], str):
+        raise RequestError(INVALID_PARAMS, "requestState must be the string the server sent")
+    return rounds
 
 
 Send = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
@@ -58,7 +80,7 @@ async def answer_rounds(send: Send, params: dict[str, Any], result: dict[str, An
         if relay is None or relay.modern:
             return result  # a 2026 client answers it; without a client, the front decides
         requests = result.get("inputRequests") if isinstance(result.get("inputRequests"), Mapping) else {}
-        methods = sorted({str(r.get("method")) for r in requests.values() if isinstance(r, Mapping)})
+        methods = asked_methods(result)
         rounds += 1
         if rounds > MAX_ROUNDS:
             raise InputNotProvided(methods, f"more than {MAX_ROUNDS} rounds of questions")

@@ -195,11 +195,13 @@ class StdioConnection:
     ) -> dict[str, Any]:
         try:
             with anyio.fail_after(timeout):
-                return await self._call(method, params, relay)
+                return await self._call(method, params, relay, anyio.current_time() + timeout)
         except TimeoutError:
             raise UpstreamInterrupted(self._name, f"no answer within {timeout:g} s") from None
 
-    async def _call(self, method: str, params: dict[str, Any] | None, relay: CallRelay | None) -> dict[str, Any]:
+    async def _call(
+        self, method: str, params: dict[str, Any] | None, relay: CallRelay | None, deadline: float = float("inf")
+    ) -> dict[str, Any]:
         if not self._alive:
             raise UpstreamNotSent(self._name, "the upstream process is not running")
         request_id = next(self._ids)
@@ -215,8 +217,10 @@ class StdioConnection:
             await self._write(message)
             await pending.done.wait()
         except anyio.get_cancelled_exc_class():
-            # The caller gave up (its client went away, or the call timed out): tell the upstream.
-            if method != "initialize" and self._alive and pending.message is None:
+            # The caller went away (its client disconnected): tell the upstream. Not when our own
+            # call timeout ran out: a write is then sent again with the same key, and the upstream
+            # should finish the first one (its own fence answers the resend) rather than drop it.
+            if method != "initialize" and self._alive and pending.message is None and anyio.current_time() < deadline:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(_CANCEL_SECONDS):
                     await self._cancelled(request_id)
             raise
@@ -313,10 +317,10 @@ class StdioConnection:
         token = (message.get("params") or {}).get("progressToken")
         if isinstance(token, int) and token in self._pending:
             return self._pending[token].relay
-        # A stdio message names no request; with one call in flight it can only be that one's.
-        if len(self._pending) == 1:
-            return next(iter(self._pending.values())).relay
-        return None
+        # A stdio message names no request; with one call in flight that a client waits on, it can
+        # only be that one's (the gateway's own requests, e.g. a listen stream, have no relay).
+        waiting = [p.relay for p in self._pending.values() if p.relay is not None]
+        return waiting[0] if len(waiting) == 1 else None
 
     async def _answer_server_request(self, message: dict[str, Any]) -> None:
         reply = await answer_server_request(message, self._relay_for(message), self._roots)
@@ -382,11 +386,11 @@ class StdioConnection:
         with anyio.move_on_after(2):
             await self._exited.wait()
             return
-        if self._process.returncode is None:
-            self._process.terminate()
+        # The whole process group, even when its leader already exited: a child it started may hold
+        # the pipe (a launcher's server, a helper).
+        self._process.terminate()
         with anyio.move_on_after(2):
             await self._exited.wait()
             return
-        if self._process.returncode is None:
-            self._process.kill()
+        self._process.kill()
         self._cancel.cancel()

@@ -44,6 +44,7 @@ class Upstream:
         # Called with a URI when the upstream says that resource changed (clients holding it are told).
         self.resource_listeners: list[Callable[[str], None]] = []
         self._watched: set[str] = set()
+        self._closed = False  # closed for good (shutdown): no connection is made again
 
     async def request(
         self,
@@ -64,6 +65,12 @@ class Upstream:
                 if not connection.alive:
                     await self._forget(connection)
                 raise
+
+    @property
+    def protocol_version(self) -> str | None:
+        """The era of the live connection (None before one is made)."""
+        connection = self._connection
+        return getattr(connection, "protocol_version", None) if connection is not None else None
 
     async def watch_resource(self, uri: str) -> None:
         """Have the upstream report updates of `uri`; raises what its connection raises."""
@@ -128,6 +135,8 @@ class Upstream:
         if connection is not None and connection.alive:
             return connection
         async with self._connect_lock:
+            if self._closed:
+                raise UpstreamNotSent(self.name, "the gateway is shutting down")
             if self._connection is not None and self._connection.alive:
                 return self._connection
             self._connection = connection = await self._connect()
@@ -178,9 +187,12 @@ class Upstream:
             await connection.aclose()
 
     async def aclose(self) -> None:
-        if self._connection is not None:
-            connection, self._connection = self._connection, None
-            with anyio.CancelScope(shield=True):
+        """Close the connection for good: a request still in flight gets UpstreamNotSent, never a new process."""
+        self._closed = True
+        with anyio.CancelScope(shield=True):
+            async with self._connect_lock:  # a connection being made now is closed too
+                connection, self._connection = self._connection, None
+            if connection is not None:
                 await connection.aclose()
 
 

@@ -76,6 +76,14 @@ UPSTREAM_ONE = "scripted1"  # max_attempts 1
 CONFIG_MAX_ATTEMPTS = 3  # the config allows 1..3
 CRASH_TOOL = "crash_before_not_sent"
 PLAIN_WRITE = "plain_write"  # no script: every attempt answers a plain success
+# Multi-round-trip (2026-07-28): a round of questions first, then the answer (issue 13).
+ROUNDS_TOOL = "asks_then_answers"
+QUESTION = {"method": "elicitation/create",
+            "params": {"mode": "form", "message": "Name?", "requestedSchema": {"type": "object", "properties": {}}}}
+ROUND = {"resultType": "input_required", "inputRequests": {"name": QUESTION}, "requestState": "upstream-state-1"}
+REFUSING_TOOL = "needs_sampling"  # refuses: the client declared no sampling capability (-32021)
+MISSING_SAMPLING = {"code": -32021, "message": "Missing required client capability",
+                    "data": {"requiredCapabilities": {"sampling": {}}}}
 # What the gateway says when a scripted process exits mid-call, or fails its handshake.
 EXITED = "the upstream process exited before answering"
 HANDSHAKE_FAILED = "handshake failed: " + EXITED
@@ -407,7 +415,11 @@ def _scripts(cases: list[Case]) -> dict[str, dict[str, Any]]:
     helper = {"name": CRASH_TOOL, "effect": "non_idempotent_write",
               "events": [{"kind": "interrupted", "fail_next_start": True}]}
     plain = {"name": PLAIN_WRITE, "effect": "non_idempotent_write", "events": []}
-    scripts: dict[str, dict[str, Any]] = {UPSTREAM: {"tools": [helper, plain]}, UPSTREAM_ONE: {"tools": [helper]}}
+    rounds = {"name": ROUNDS_TOOL, "effect": "non_idempotent_write",
+              "events": [{"kind": "replied", "answer": ROUND}, {"kind": "replied", "answer": _text("answered")}]}
+    refusing = {"name": REFUSING_TOOL, "effect": "read", "events": [{"kind": "rpc_error", **MISSING_SAMPLING}]}
+    scripts: dict[str, dict[str, Any]] = {UPSTREAM: {"tools": [helper, plain, rounds, refusing]},
+                                          UPSTREAM_ONE: {"tools": [helper]}}
     for case in cases:
         scripts[case.upstream]["tools"].append(
             {"name": case.tool, "effect": None if case.effect == "unclassified" else case.effect, "events": case.events}
@@ -650,3 +662,29 @@ def test_task_answers_are_the_same_on_both_entries(pair: Pair) -> None:
         modern = pair.both(MODERN, "tools/call", {"name": write, "arguments": {"run": "task"}, **extra}, "task-4")
         assert_same(modern, "2026-07-28 call of a tool without task support")
         assert modern["fast"].parsed["result"]["resultType"] == "complete"
+
+
+def test_rounds_and_request_refusals_are_the_same_on_both_entries(pair: Pair) -> None:
+    """An upstream's input_required round (a 2026-07-28 client gets it as it is, and its next round
+    reaches the upstream with the same key: the fence holds no answer for a round; a handshake-era
+    client without a session is told it cannot answer), and an upstream's -32021 (passed on as that
+    JSON-RPC error, the HTTP status of the era), are byte for byte the same on both entries."""
+    for era in ERAS:
+        key = f"parity/rounds/{era}/{uuid.uuid4().hex[:8]}"
+        call = {"name": f"{UPSTREAM}__{ROUNDS_TOOL}", "arguments": {"run": f"rounds@{era}"}, "_meta": {KEY: key}}
+        first = pair.both(era, "tools/call", call, f"round-1-{era}")
+        assert_same(first, f"a round of questions ({era})")
+        result = first["fast"].parsed["result"]
+        if era == MODERN:
+            assert {k: result[k] for k in ("resultType", "inputRequests", "requestState")} == ROUND
+            answers = {"inputResponses": {"name": {"action": "accept", "content": {}}}, "requestState": "upstream-state-1"}
+            second = pair.both(era, "tools/call", {**call, **answers}, f"round-2-{era}")
+            assert_same(second, f"the next round ({era})")
+            assert wire_of(second["fast"], era) == _text("answered")
+        else:
+            assert result["isError"] and "needs input from the client (elicitation/create)" in result["content"][0]["text"]
+        refused = pair.both(era, "tools/call", {"name": f"{UPSTREAM}__{REFUSING_TOOL}", "arguments": {"run": era}},
+                            f"refused-{era}")
+        assert_same(refused, f"an upstream's -32021 ({era})")
+        assert refused["fast"].parsed["error"] == MISSING_SAMPLING
+        assert refused["fast"].status == (400 if era == MODERN else 200)

@@ -5,11 +5,9 @@ processes, and the official SDK client of each era."""
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,12 +19,12 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.support.processes import sigkill, spawn_listening
-from tests.support.servers import REPO_ROOT, free_port
+from tests.support.everything import EVERYTHING
+from tests.support.gateway import RunningGateway, start_gateway, write_config
+from tests.support.processes import spawn_listening, terminate
+from tests.support.servers import REPO_ROOT
 
 CONFORMANCE = REPO_ROOT / "conformance"
-EVERYTHING = CONFORMANCE / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
-LOOPBACK_PRELOAD = REPO_ROOT / "tests" / "support" / "loopback_listen.mjs"
 REFERENCE = CONFORMANCE / "reference_server.py"
 ROOT_URI = "file:///work/project"
 
@@ -45,34 +43,6 @@ def require_everything() -> str:
     return node
 
 
-def everything_stdio(node: str, name: str = "ev", **options: Any) -> dict[str, Any]:
-    return {"name": name, "transport": "stdio", "command": node, "args": [str(EVERYTHING), "stdio"],
-            "cwd": str(REPO_ROOT), "prefix": "", "keyless_writes": "pass", **options}
-
-
-@contextmanager
-def everything_http(node: str) -> Iterator[str]:
-    """server-everything's Streamable HTTP transport on a loopback port; yields its /mcp URL."""
-    port = free_port()
-    lines: list[str] = []
-    process, _ = spawn_listening([node, "--import", str(LOOPBACK_PRELOAD), str(EVERYTHING), "streamableHttp"],
-                                 cwd=REPO_ROOT, env={**os.environ, "PORT": str(port)}, name="everything",
-                                 lines=lines, ready_timeout=0.5)
-    try:
-        deadline = time.monotonic() + 20
-        while not any(re.search(r"listening on port", line) for line in lines):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("server-everything did not start:\n" + "\n".join(lines))
-            time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            sigkill(process)
-
-
 @contextmanager
 def reference_http(*, handshake_only: bool = False, state_dir: Path) -> Iterator[str]:
     """The conformance reference server (both eras, or the handshake era only); yields its URL."""
@@ -84,17 +54,22 @@ def reference_http(*, handshake_only: bool = False, state_dir: Path) -> Iterator
     try:
         yield url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            sigkill(process)
+        terminate(process)
 
 
 def reference_stdio(state_dir: Path, **options: Any) -> dict[str, Any]:
     return {"name": "ref", "transport": "stdio", "command": sys.executable, "args": [str(REFERENCE), "--transport", "stdio"],
             "env": {"DEX_EXAMPLE_STATE_DIR": str(state_dir)}, "cwd": str(REPO_ROOT), "prefix": "",
             "keyless_writes": "pass", **options}
+
+
+@contextmanager
+def gateway_for(directory: Path, upstream: dict[str, Any], *, stateful: bool = True) -> Iterator[RunningGateway]:
+    """`dex-gateway serve` fronting one upstream, once its catalog is ready."""
+    config = write_config(directory, {"server": {"stateful": stateful}, "upstreams": [upstream]})
+    with start_gateway(config) as gateway:
+        gateway.wait_for_log("catalog ready", timeout=30)
+        yield gateway
 
 
 class Recorder:

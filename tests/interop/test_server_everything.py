@@ -26,10 +26,12 @@ import anyio
 import pytest
 from mcp.shared.subscriptions import ResourcesListChanged, ResourceUpdated
 
-from tests.interop.support import ROOT_URI, Recorder, client, everything_http, everything_stdio, require_everything, text_of
-from tests.support.gateway import RunningGateway, http_upstream, start_gateway, write_config
+from tests.interop.support import ROOT_URI, Recorder, client, gateway_for, require_everything, text_of
+from tests.support.everything import everything_http, everything_stdio
+from tests.support.gateway import RunningGateway, http_upstream
 
-pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120),
+              pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")]
 
 TRANSPORTS = ["stdio", "streamable_http"]
 
@@ -39,13 +41,10 @@ def gateway_with_everything(tmp_path: Path, transport: str) -> Iterator[RunningG
     node = require_everything()
     with ExitStack() as stack:
         if transport == "stdio":
-            upstream = everything_stdio(node)
+            upstream = everything_stdio("ev", node=node, prefix="", keyless_writes="pass")
         else:
             upstream = http_upstream("ev", stack.enter_context(everything_http(node)), prefix="", keyless_writes="pass")
-        config = write_config(tmp_path, {"server": {"stateful": True}, "upstreams": [upstream]})
-        gateway = stack.enter_context(start_gateway(config))
-        gateway.wait_for_log("catalog ready", timeout=30)
-        yield gateway
+        yield stack.enter_context(gateway_for(tmp_path, upstream))
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
@@ -100,3 +99,18 @@ async def test_list_changes_reach_a_2026_client_through_listen(tmp_path: Path, t
                 assert isinstance(event, ResourcesListChanged)
             listed = [str(r.uri) for r in (await modern.list_resources()).resources]
             assert any(u.endswith("interop.txt.gz") for u in listed), listed
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_upstream_questions_reach_a_2026_client_as_input_required_rounds(tmp_path: Path, transport: str) -> None:
+    """server-everything asks with server-to-client requests (handshake era); a 2026-07-28 client
+    gets them as input_required rounds (its SDK answers them with its callbacks) and the answers
+    reach the upstream's pending requests."""
+    with gateway_with_everything(tmp_path, transport) as gateway:
+        recorder = Recorder()
+        async with client(gateway.url, mode="2026-07-28", recorder=recorder) as modern:
+            elicited = await modern.call_tool("trigger-elicitation-request", {})
+            sampled = await modern.call_tool("trigger-sampling-request", {"prompt": "Say hi", "maxTokens": 20})
+        assert "Name: Ada" in text_of(elicited), text_of(elicited)
+        assert "sampled" in text_of(sampled), text_of(sampled)
+        assert recorder.asked == ["elicitation/create", "sampling/createMessage"]

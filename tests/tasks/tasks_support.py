@@ -1,25 +1,18 @@
 """Helpers of the task tests: raw JSON-RPC POSTs of both eras, the official SDK client sending task
 requests (the SDK has no task helpers), polling, and the upstreams (our tasks_server, and
-@modelcontextprotocol/server-everything over stdio or loopback HTTP)."""
+@modelcontextprotocol/server-everything over stdio or loopback HTTP: tests/support/everything.py)."""
 
 from __future__ import annotations
 
 import json
-import os
-import re
-import shutil
-import subprocess
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import httpx
 from mcp import Client
 
-from tests.support.processes import sigkill, spawn_listening
-from tests.support.servers import REPO_ROOT, free_port
+# server-everything helpers, where the task tests have always imported them from.
+from tests.support.everything import EVERYTHING, everything_http, everything_stdio  # noqa: F401
 
 KEY = "io.superdurable.dex/idempotencyKey"
 OUTCOME = "io.superdurable.dex/outcome"
@@ -27,8 +20,6 @@ EXT = "io.modelcontextprotocol/tasks"
 CAPS = "io.modelcontextprotocol/clientCapabilities"
 HANDSHAKE, MODERN = "2025-11-25", "2026-07-28"
 TERMINAL = ("completed", "failed", "cancelled")
-EVERYTHING = REPO_ROOT / "conformance" / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
-LOOPBACK_PRELOAD = Path(__file__).resolve().parents[1] / "support" / "loopback_listen.mjs"
 
 
 def post(url: str, method: str, params: dict[str, Any], *, era: str = MODERN, extension: bool = True,
@@ -106,33 +97,3 @@ async def sdk_raw(client: Client, method: str, params: dict[str, Any], *, extens
         if method.startswith("tasks/"):
             opts.setdefault("headers", {})["mcp-name"] = params["taskId"]
     return await session._dispatcher.send_raw_request(method, data["params"], opts)  # noqa: SLF001
-
-
-def everything_stdio(name: str = "everything", **options: Any) -> dict[str, Any]:
-    """A gateway upstream entry: server-everything over stdio."""
-    return {"name": name, "transport": "stdio", "command": shutil.which("node") or "node",
-            "args": [str(EVERYTHING), "stdio"], "cwd": str(REPO_ROOT), **options}
-
-
-@contextmanager
-def everything_http() -> Iterator[str]:
-    """server-everything's Streamable HTTP transport on a loopback port; yields its /mcp URL."""
-    port = free_port()
-    env = {**os.environ, "PORT": str(port)}
-    lines: list[str] = []
-    process, _ = spawn_listening(["node", "--import", str(LOOPBACK_PRELOAD), str(EVERYTHING), "streamableHttp"],
-                                 cwd=REPO_ROOT, env=env, name="everything", lines=lines, ready_timeout=0.5)
-    deadline = time.monotonic() + 20
-    while not any(re.search(r"listening on port", line) for line in lines):
-        if process.poll() is not None or time.monotonic() > deadline:
-            sigkill(process)
-            raise RuntimeError("server-everything did not start:\n" + "\n".join(lines))
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            sigkill(process)

@@ -17,21 +17,13 @@ from gateway.relay import RelayRefused
 from gateway.upstreams.http import HttpConnection
 from gateway.upstreams.mock_transport import MockResponse, MockTransport, RequestMaybeSent, RequestNotSent, sse_event
 from gateway.upstreams.transport import HttpRequest
+from tests.support.relays import HandshakeClient
 from tests.upstreams.fake_mcp import URL, FakeMcp, ToolCall, ToolError, text_result
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
 
-class RecordingRelay:
-    modern = False  # a handshake-era client: it is asked, not handed input_required results
-    log_level: str | None = None
-
-    def client_capabilities(self) -> dict[str, Any]:
-        return {}
-
-    async def pause_stream(self) -> None:
-        pass
-
+class RecordingRelay(HandshakeClient):
     def __init__(self, answers: dict[str, Any] | None = None) -> None:
         self.progress_seen: list[tuple[float, float | None, str | None]] = []
         self.logs: list[dict[str, Any]] = []
@@ -116,7 +108,12 @@ async def test_server_to_client_requests_are_answered_during_the_call(tg: anyio.
     assert [m for m, _ in relay.requests] == ["elicitation/create", "sampling/createMessage"]
 
 
-async def test_server_requests_without_a_relay_are_refused_except_ping_and_roots(tg: anyio.abc.TaskGroup) -> None:
+@pytest.mark.parametrize("configured", [None, [{"uri": "file:///srv/data", "name": "data"}]], ids=["unset", "configured"])
+async def test_server_requests_without_a_relay_are_refused_except_ping_and_configured_roots(
+    tg: anyio.abc.TaskGroup, configured: list[dict[str, Any]] | None
+) -> None:
+    """Nobody to ask: refused at once (never left unanswered); `roots/list` answers the
+    upstream's configured roots when there are some."""
     server = FakeMcp(sse=True, task_group=tg)
 
     async def asking(args: dict[str, Any], call: ToolCall) -> dict[str, Any]:
@@ -126,8 +123,12 @@ async def test_server_requests_without_a_relay_are_refused_except_ping_and_roots
 
     server.tools["asking"] = asking
     conn, _ = connect(server)
+    conn.roots = configured
     roots, elicit = json.loads((await conn.request("tools/call", call_args("asking"), timeout=5))["content"][0]["text"])
-    assert roots["result"] == {"roots": []}
+    if configured is None:
+        assert roots["error"]["code"] == METHOD_NOT_FOUND
+    else:
+        assert roots["result"] == {"roots": configured}
     assert elicit["error"]["code"] == METHOD_NOT_FOUND
 
 

@@ -16,6 +16,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from gateway.errors import UpstreamInterrupted, UpstreamNotSent, UpstreamRpcError
 from gateway.relay import RelayRefused
 from gateway.upstreams.stdio import StdioConnection
+from tests.support.relays import HandshakeClient
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
@@ -152,16 +153,7 @@ async def open_connection(
     return conn, server
 
 
-class Relay:
-    modern = False  # a handshake-era client: it is asked, not handed input_required results
-    log_level: str | None = None
-
-    def client_capabilities(self) -> dict[str, Any]:
-        return {}
-
-    async def pause_stream(self) -> None:
-        pass
-
+class Relay(HandshakeClient):
     def __init__(self) -> None:
         self.progress_seen: list[float] = []
         self.asked: list[str] = []
