@@ -5,8 +5,6 @@ processes, and the official SDK client of each era."""
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,11 +13,10 @@ from typing import Any
 
 import httpx2
 import mcp_types as types
-import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.support.everything import EVERYTHING
+from tests.support.everything import EVERYTHING, require_everything  # noqa: F401 (re-exported)
 from tests.support.gateway import RunningGateway, start_gateway, write_config
 from tests.support.processes import spawn_listening, terminate
 from tests.support.servers import REPO_ROOT
@@ -27,20 +24,6 @@ from tests.support.servers import REPO_ROOT
 CONFORMANCE = REPO_ROOT / "conformance"
 REFERENCE = CONFORMANCE / "reference_server.py"
 ROOT_URI = "file:///work/project"
-
-
-def require_everything() -> str:
-    """The node binary, with server-everything installed (npm install in conformance/); skips
-    (saying why) only when node or npm is missing."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if node is None or npm is None:
-        pytest.skip("node and npm are needed to run @modelcontextprotocol/server-everything")
-    if not EVERYTHING.exists():
-        done = subprocess.run([npm, "install", "--no-audit", "--no-fund", "--silent"], cwd=CONFORMANCE,
-                              capture_output=True, text=True, timeout=600)
-        if done.returncode != 0 or not EVERYTHING.exists():
-            pytest.fail(f"npm install in conformance/ failed: {done.stderr[-2000:]}")
-    return node
 
 
 @contextmanager

@@ -11,20 +11,19 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
 from mcp_types import CallToolResult
 
+from tests.support.everything import EVERYTHING as EVERYTHING_JS
+from tests.support.everything import everything_stdio, require_everything
 from tests.support.servers import REPO_ROOT, STATE_DIR_ENV
 
 IMAGE_META_KEY = "dex-gateway/image"
 CONFORMANCE = REPO_ROOT / "conformance"
-EVERYTHING = CONFORMANCE / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist"
+EVERYTHING = EVERYTHING_JS.parent
 TOKENS = {"alice": "alice-media-token", "bob": "bob-media-token"}
 
 
@@ -46,17 +45,7 @@ def image_upstream(state_dir: Path, **options: Any) -> dict[str, Any]:
 
 def everything_upstream() -> dict[str, Any]:
     """server-everything over stdio (no port at all); skips when node/npm are unavailable."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if node is None or npm is None:
-        pytest.skip("node and npm are needed to run @modelcontextprotocol/server-everything")
-    if not (EVERYTHING / "index.js").is_file():
-        # As conformance/run.sh installs it (the versions pinned in conformance/package.json).
-        done = subprocess.run([npm, "install", "--no-audit", "--no-fund", "--silent"], cwd=CONFORMANCE,
-                              capture_output=True, text=True, timeout=300)
-        if done.returncode != 0 or not (EVERYTHING / "index.js").is_file():
-            pytest.fail(f"npm install in conformance/ failed: {done.stderr[-2000:]}")
-    return {"name": "everything", "transport": "stdio", "command": node, "args": [str(EVERYTHING / "index.js"), "stdio"],
-            "cwd": str(CONFORMANCE)}
+    return everything_stdio(node=require_everything(), cwd=str(CONFORMANCE))
 
 
 def tiny_image() -> bytes:

@@ -7,18 +7,35 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import pytest
+
 from tests.support.processes import sigkill, spawn_listening, terminate
 from tests.support.servers import REPO_ROOT, free_port
 
-__all__ = ["EVERYTHING", "LOOPBACK_PRELOAD", "everything_http", "everything_stdio"]
+__all__ = ["EVERYTHING", "LOOPBACK_PRELOAD", "everything_http", "everything_stdio", "require_everything"]
 
 EVERYTHING = REPO_ROOT / "conformance" / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
 LOOPBACK_PRELOAD = REPO_ROOT / "tests" / "support" / "loopback_listen.mjs"
+
+
+def require_everything() -> str:
+    """The node binary, with server-everything installed as conformance/run.sh installs it (the
+    versions pinned in conformance/package.json); skips, saying why, only when node or npm is missing."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        pytest.skip("node and npm are needed to run @modelcontextprotocol/server-everything")
+    if not EVERYTHING.exists():
+        done = subprocess.run([npm, "install", "--no-audit", "--no-fund", "--silent"], cwd=REPO_ROOT / "conformance",
+                              capture_output=True, text=True, timeout=600)
+        if done.returncode != 0 or not EVERYTHING.exists():
+            pytest.fail(f"npm install in conformance/ failed: {done.stderr[-2000:]}")
+    return node
 
 
 def everything_stdio(name: str = "everything", *, node: str | None = None, **options: Any) -> dict[str, Any]:

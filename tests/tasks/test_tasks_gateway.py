@@ -27,8 +27,9 @@ from mcp.shared.exceptions import MCPError
 
 from tests.support.gateway import RunningGateway, http_upstream, start_gateway, stdio_upstream, write_config
 from tests.support.servers import read_executions, start_http_server
+from tests.support.everything import require_everything
 from tests.tasks.tasks_support import (
-    EVERYTHING, HANDSHAKE, MODERN, everything_http, everything_stdio, post, result_of, sdk_raw, task_id_of, wait_task,
+    HANDSHAKE, MODERN, everything_http, everything_stdio, post, result_of, sdk_raw, task_id_of, wait_task,
 )
 
 pytestmark = pytest.mark.anyio
@@ -44,8 +45,7 @@ class Setup:
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
-    if not EVERYTHING.exists():
-        pytest.skip("server-everything is not installed (npm install in conformance/)")
+    require_everything()
     root = tmp_path_factory.mktemp("tasks")
     with start_http_server("tasks_server", state_dir=root / "t") as upstream:
         config = write_config(root, {"upstreams": [
