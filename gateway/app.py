@@ -26,7 +26,7 @@ from .catalog import Catalog
 from .config import GatewayConfig
 from .connectors import ConnectorRegistry
 from .connectors.admin_api import admin_routes
-from .database import Database
+from .database import Database, opened
 from .drain import Drain
 from .fences import Fences, FenceStore, Owner, open_fence_store
 from .front import SERVER_INFO, Authenticator, ClientEvents, Parking, Sessions, build_front
@@ -96,7 +96,7 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with (
-            anyio.create_task_group() as tg, database, _open_store(database) as store, connectors,
+            anyio.create_task_group() as tg, database, opened(open_fence_store(database)) as store, connectors,
             open_media(config.media, database) as media, open_tasks_store(config.tasks, database) as task_store,
         ):
             if config.connectors.dir:
@@ -205,17 +205,6 @@ class _GatewayApp(Starlette):
                 await self._media(scope, receive, send)
                 return
         await super().__call__(scope, receive, send)
-
-
-@contextlib.asynccontextmanager
-async def _open_store(database: Database) -> AsyncIterator[FenceStore]:
-    store = open_fence_store(database)
-    await store.open()
-    try:
-        yield store
-    finally:
-        with anyio.CancelScope(shield=True):
-            await store.close()
 
 
 async def _build_runtime(

@@ -183,17 +183,14 @@ def _print_table(rows: list[dict[str, str]], columns: list[str]) -> None:
 
 
 def _with_store(config_path: str | None, action: Any) -> Any:
+    from .database import opened
     from .fences import open_fence_store
 
     config = load_config(config_path)
 
     async def run() -> Any:
-        store = open_fence_store(config.fences.store)
-        await store.open()
-        try:
+        async with opened(open_fence_store(config.fences.store)) as store:
             return await action(store)
-        finally:
-            await store.close()
 
     return anyio.run(run)
 

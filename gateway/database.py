@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Callable
 from functools import partial
 from pathlib import Path
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar
 from urllib.parse import urlsplit
 
 import anyio
@@ -100,6 +100,42 @@ async def _keep_session(connection: "asyncpg.Connection") -> None:
     advisory locks (schema set-up takes transaction-scoped locks only)."""
 
 
+class Openable(Protocol):
+    """A store on the database: opened before use, closed after."""
+
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+S = TypeVar("S", bound=Openable)
+
+
+@asynccontextmanager
+async def opened(store: S) -> AsyncIterator[S]:
+    """`store`, open for the body; closed after it even when the body is cancelled."""
+    await store.open()
+    try:
+        yield store
+    finally:
+        with anyio.CancelScope(shield=True):
+            await store.close()
+
+
+def write_transaction(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
+    """`fn(conn)` inside `BEGIN IMMEDIATE` ... `COMMIT` on an autocommit connection; rolled back on
+    any exception, also when COMMIT itself failed, so the next user never finds it open."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        result = fn(conn)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return result
+
+
 class SqliteConnections:
     """SQLite for the stores that share the gateway's database file: each operation runs in a
     worker thread (never on the event loop) on its own short connection, so no connection is
@@ -158,4 +194,4 @@ class PoolLease:
             await self.database.close()
 
 
-__all__ = ["DEFAULT_POOL_MAX", "DEFAULT_POOL_MIN", "Database", "PoolLease", "SqliteConnections", "lock_schema"]
+__all__ = ["DEFAULT_POOL_MAX", "DEFAULT_POOL_MIN", "Database", "PoolLease", "Openable", "SqliteConnections", "lock_schema", "opened", "write_transaction"]

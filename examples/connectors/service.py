@@ -29,7 +29,7 @@ import sys
 import time
 import uuid
 from collections import defaultdict, deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any

@@ -31,7 +31,7 @@ from .bindings import (
     make_binding,
     parse_binding,
 )
-from .errors import BindingConfigError, ConnectorError, ManifestError, RegistrationError, RegistrationNotFound
+from .errors import BindingConfigError, ConnectorError, RegistrationError, RegistrationNotFound
 from .manifest import MANIFEST_FILENAMES, Manifest, load_manifest, parse_manifest_off_loop
 from .results import MAX_RESULT_BYTES
 from .storage import RegistrationStore, StoredRegistration, now_iso, open_registration_store

@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 
 from ..config import load_config
-from ..database import Database
+from ..database import Database, opened
 from .records import TaskRecord, TaskStatus, iso
 from .store import TaskStore, open_task_store
 from .transitions import cancelled_error, change
@@ -47,13 +47,8 @@ def _with_store(args: argparse.Namespace, action: Callable[[TaskStore], Awaitabl
     config = load_config(args.config)
 
     async def run() -> Any:
-        async with Database(config.fences.store) as database:
-            store = open_task_store(database)
-            await store.open()
-            try:
-                return await action(store)
-            finally:
-                await store.close()
+        async with Database(config.fences.store) as database, opened(open_task_store(database)) as store:
+            return await action(store)
 
     return anyio.run(run)
 

@@ -8,13 +8,12 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
-import anyio
 from anyio.abc import TaskGroup
 
 from ..calls import CallPipeline
 from ..catalog import Catalog
 from ..config import TasksConfig
-from ..database import Database
+from ..database import Database, opened
 from ..fences import Fences
 from ..scope import PrincipalScope
 from ..upstreams.upstream import Upstream
@@ -33,13 +32,8 @@ async def open_tasks_store(config: TasksConfig, database: Database) -> AsyncIter
     if not config.enabled:
         yield None
         return
-    store = open_task_store(database)
-    await store.open()
-    try:
+    async with opened(open_task_store(database)) as store:
         yield store
-    finally:
-        with anyio.CancelScope(shield=True):
-            await store.close()
 
 
 def task_requests(config: TasksConfig) -> TaskRequests | None:

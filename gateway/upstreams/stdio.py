@@ -112,7 +112,7 @@ class StdioConnection:
         self._listen_scope: anyio.CancelScope | None = None
         self._ids = itertools.count(1)
         self._pending: dict[int, _Pending] = {}
-        self._write_lock = anyio.Lock()
+        self._write_lock = anyio.Lock(fast_acquire=True)
         self._alive = True
         self._cancel = anyio.CancelScope()
         self._exited = anyio.Event()

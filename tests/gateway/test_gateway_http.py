@@ -17,7 +17,7 @@ from mcp.shared.exceptions import MCPError
 
 from tests.gateway.helpers import KEY, OUTCOME, REPLAYED, all_tools, connect, mcp_errors, meta_of, new_key, text_of
 from tests.support.gateway import RunningGateway, start_gateway, stdio_upstream, write_config
-from tests.support.servers import count_executions, read_executions
+from tests.support.servers import read_executions
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 

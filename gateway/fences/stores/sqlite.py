@@ -25,6 +25,7 @@ from typing import Any, Self, TypeVar
 import anyio
 import anyio.to_thread
 
+from ...database import write_transaction
 from ...errors import StoreError
 from ...private_files import private_file
 from ...storage_urls import parse_sqlite_url
@@ -185,17 +186,7 @@ class SqliteFenceStore:
         return self._conn
 
     def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        conn = self._connection()
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            result = fn(conn)
-            conn.execute("COMMIT")
-        except BaseException:
-            # Also when COMMIT itself failed: never leave the transaction open for the next call.
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        return result
+        return write_transaction(self._connection(), fn)
 
     def _update(self, sql: str, params: tuple[Any, ...]) -> bool:
         return self._write(lambda c: c.execute(sql, params).rowcount == 1)

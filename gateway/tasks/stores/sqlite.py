@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ...database import SqliteConnections
+from ...database import SqliteConnections, write_transaction
 from ...private_files import private_file
 from ...storage_urls import parse_sqlite_url
 from ..records import COLUMNS, TaskRecord, TaskStatus, record_from_row, record_to_row
@@ -47,18 +47,6 @@ class SqliteTaskStore:
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         return await self._db.run(fn, *args)
 
-    @staticmethod
-    def _write(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            result = fn(conn)
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        return result
-
     async def open(self) -> None:
         private_file(self.path)
         await self._run(self._migrate)
@@ -76,7 +64,7 @@ class SqliteTaskStore:
             if version is None:
                 c.execute(f"INSERT INTO {TASKS_TABLE}_schema (version) VALUES (?)", (SCHEMA_VERSION,))
 
-        cls._write(conn, migrate)
+        write_transaction(conn, migrate)
 
     async def close(self) -> None:
         return None
@@ -84,7 +72,7 @@ class SqliteTaskStore:
     async def insert(self, record: TaskRecord) -> None:
         sql = f"INSERT INTO {TASKS_TABLE} ({_COLS}) VALUES ({', '.join('?' * len(COLUMNS))})"
         row = record_to_row(record)
-        await self._run(lambda conn: self._write(conn, lambda c: c.execute(sql, row)))
+        await self._run(lambda conn: write_transaction(conn, lambda c: c.execute(sql, row)))
 
     async def get(self, task_id: str, principal: str | None = None) -> TaskRecord | None:
         sql = f"SELECT {_COLS} FROM {TASKS_TABLE} WHERE task_id = ?"
@@ -100,7 +88,7 @@ class SqliteTaskStore:
         sets = ", ".join(f"{c} = ?" for c in COLUMNS[1:-1])
         sql = f"UPDATE {TASKS_TABLE} SET {sets}, version = ? WHERE task_id = ? AND version = ?"
         params = (*row, expected_version + 1, record.task_id, expected_version)
-        return await self._run(lambda conn: self._write(conn, lambda c: c.execute(sql, params).rowcount == 1))
+        return await self._run(lambda conn: write_transaction(conn, lambda c: c.execute(sql, params).rowcount == 1))
 
     async def list(
         self, *, principal: str | None = None, status: TaskStatus | None = None, limit: int = 100, before: float | None = None
@@ -116,7 +104,7 @@ class SqliteTaskStore:
 
     async def delete_expired(self, cutoff: float) -> int:
         sql = f"DELETE FROM {TASKS_TABLE} WHERE ttl_ms IS NOT NULL AND created_at + ttl_ms / 1000.0 < ?"
-        return await self._run(lambda conn: self._write(conn, lambda c: c.execute(sql, (cutoff,)).rowcount))
+        return await self._run(lambda conn: write_transaction(conn, lambda c: c.execute(sql, (cutoff,)).rowcount))
 
 
 def _filters(principal: str | None, status: TaskStatus | None, before: float | None) -> tuple[str, list[Any]]:
