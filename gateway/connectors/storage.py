@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pydantic import BaseModel, ConfigDict
 
 from ..private_files import private_file
-from ..database import Database, PoolLease, SqliteConnections, lock_schema
+from ..database import Database, PoolLease, SqliteConnections, lock_schema, write_transaction
 from ..storage_urls import parse_sqlite_url
 
 if TYPE_CHECKING:
@@ -131,14 +131,16 @@ class SqliteRegistrationStore:
     @staticmethod
     def _migrate(conn: sqlite3.Connection) -> None:
         conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute(
-            f"CREATE TABLE IF NOT EXISTS {REGISTRATIONS_TABLE} (connector_id TEXT PRIMARY KEY, filename TEXT NOT NULL,"
-            " manifest TEXT NOT NULL, binding TEXT, created_at TEXT NOT NULL, updated_at TEXT NOT NULL)"
-        )
-        conn.execute(f"CREATE TABLE IF NOT EXISTS {VERSION_TABLE} (id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER NOT NULL)")
-        conn.execute(f"INSERT OR IGNORE INTO {VERSION_TABLE} (id, version) VALUES (1, 0)")
-        conn.execute("COMMIT")
+
+        def migrate(c: sqlite3.Connection) -> None:
+            c.execute(
+                f"CREATE TABLE IF NOT EXISTS {REGISTRATIONS_TABLE} (connector_id TEXT PRIMARY KEY, filename TEXT NOT NULL,"
+                " manifest TEXT NOT NULL, binding TEXT, created_at TEXT NOT NULL, updated_at TEXT NOT NULL)"
+            )
+            c.execute(f"CREATE TABLE IF NOT EXISTS {VERSION_TABLE} (id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER NOT NULL)")
+            c.execute(f"INSERT OR IGNORE INTO {VERSION_TABLE} (id, version) VALUES (1, 0)")
+
+        write_transaction(conn, migrate)
 
     async def close(self) -> None:
         return None
@@ -157,37 +159,33 @@ class SqliteRegistrationStore:
 
     @staticmethod
     def _put(conn: sqlite3.Connection, r: StoredRegistration) -> int:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            conn.execute(
+        def put(c: sqlite3.Connection) -> int:
+            c.execute(
                 f"INSERT INTO {REGISTRATIONS_TABLE} VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (connector_id) DO UPDATE SET"
                 " filename = excluded.filename, manifest = excluded.manifest, binding = excluded.binding,"
                 " updated_at = excluded.updated_at",
                 (r.connector_id, r.filename, r.manifest, _binding_text(r), r.created_at, r.updated_at),
             )
-            version = conn.execute(f"UPDATE {VERSION_TABLE} SET version = version + 1 WHERE id = 1 RETURNING version").fetchone()[0]
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        return int(version)
+            return _next_version(c)
+
+        return write_transaction(conn, put)
 
     async def delete(self, connector_id: str) -> int | None:
         return await self._run(self._delete, connector_id)
 
     @staticmethod
     def _delete(conn: sqlite3.Connection, connector_id: str) -> int | None:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            gone = conn.execute(f"DELETE FROM {REGISTRATIONS_TABLE} WHERE connector_id = ?", (connector_id,)).rowcount
-            version = None
-            if gone:
-                version = conn.execute(f"UPDATE {VERSION_TABLE} SET version = version + 1 WHERE id = 1 RETURNING version").fetchone()[0]
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        return int(version) if version is not None else None
+        def delete(c: sqlite3.Connection) -> int | None:
+            if not c.execute(f"DELETE FROM {REGISTRATIONS_TABLE} WHERE connector_id = ?", (connector_id,)).rowcount:
+                return None
+            return _next_version(c)
+
+        return write_transaction(conn, delete)
+
+
+def _next_version(conn: sqlite3.Connection) -> int:
+    """Bump the registrations' version (inside the caller's transaction) and return it."""
+    return int(conn.execute(f"UPDATE {VERSION_TABLE} SET version = version + 1 WHERE id = 1 RETURNING version").fetchone()[0])
 
 
 class PostgresRegistrationStore:

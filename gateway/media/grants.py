@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Protocol
 
-from ..database import Database, PoolLease, SqliteConnections, lock_schema
+from ..database import Database, PoolLease, SqliteConnections, lock_schema, write_transaction
 from ..private_files import private_file
 from ..storage_urls import parse_sqlite_url
 
@@ -89,12 +89,10 @@ def _sqlite_migrate(conn: sqlite3.Connection) -> None:
 
 
 def _sqlite_grant(conn: sqlite3.Connection, principal: str, hashes: list[str], now: float) -> None:
-    with conn:  # one transaction
-        conn.execute("BEGIN IMMEDIATE")
-        conn.executemany(
-            f"INSERT OR IGNORE INTO {GRANTS_TABLE} (principal, sha256, granted_at) VALUES (?, ?, ?)",
-            [(principal, h, now) for h in hashes],
-        )
+    write_transaction(conn, lambda c: c.executemany(
+        f"INSERT OR IGNORE INTO {GRANTS_TABLE} (principal, sha256, granted_at) VALUES (?, ?, ?)",
+        [(principal, h, now) for h in hashes],
+    ))
 
 
 def _sqlite_granted(conn: sqlite3.Connection, principal: str, sha256: str) -> bool:
