@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 TOOLS_VENV := .venv-tools
 TOOLS_STAMP := $(TOOLS_VENV)/.installed
 
-.PHONY: run demo test test-all fuzz bench conformance install clean chromium
+.PHONY: run demo test test-all fuzz bench conformance install clean chromium typecheck
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -43,7 +43,11 @@ chromium:
 	else (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium) \
 	  || echo "make: apt-get could not install chromium: the browser tests will skip"; fi
 
-test: $(STAMP) $(TOOLS_STAMP) chromium
+# Static types of the gateway and the agent host ([tool.mypy] in pyproject.toml); ~6 s.
+typecheck: $(STAMP)
+	$(BIN)/python -m mypy gateway agent_host
+
+test: $(STAMP) $(TOOLS_STAMP) chromium typecheck
 	$(BIN)/python -m pytest
 
 # Everything, including the slow crash loops (tests marked slow).
@@ -67,4 +71,4 @@ conformance: $(STAMP)
 	bash conformance/run.sh
 
 clean:
-	rm -rf $(VENV) $(TOOLS_VENV) var .pytest_cache
+	rm -rf $(VENV) $(TOOLS_VENV) var .pytest_cache .mypy_cache

@@ -214,7 +214,7 @@ class SqliteSessionStore(SqliteControls, SqliteLedger):
         unknown = set(fields) - self._CALL_FIELDS
         if unknown:
             raise ValueError(f"not updatable: {sorted(unknown)}")
-        values = {k: (v.value if isinstance(v, StrEnum) else v) for k, v in fields.items()}
+        values: dict[str, Any] = {k: (v.value if isinstance(v, StrEnum) else v) for k, v in fields.items()}
         if "images" in values:  # references only (ImageReference), as JSON
             values["images"] = json.dumps([i.model_dump() for i in values["images"]])
         values["updated_at"] = time.time()

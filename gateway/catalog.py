@@ -34,11 +34,16 @@ _TOOL_FIELDS = ("title", "description", "inputSchema", "outputSchema", "icons")
 class ConnectorToolLike(Protocol):
     """What the catalog needs of a connector operation (gateway.connectors.ConnectorTool)."""
 
-    name: str
-    description: str
-    input_schema: dict[str, Any]
-    effect: Effect
-    requires_approval: bool
+    @property
+    def name(self) -> str: ...
+    @property
+    def description(self) -> str: ...
+    @property
+    def input_schema(self) -> dict[str, Any]: ...
+    @property
+    def effect(self) -> Effect: ...
+    @property
+    def requires_approval(self) -> bool: ...
 
     async def dispatch(
         self, arguments: dict[str, Any], *, idempotency_key: str | None, fence_id: str | None, takeover: bool
@@ -116,7 +121,7 @@ class Catalog:
         on_change: Callable[[], None] | None = None,
         *,
         augment_tasks: bool = False,
-        on_lists_changed: Callable[[frozenset[str]], None] | None = None,
+        on_lists_changed: Callable[[frozenset[str]], object] | None = None,
     ) -> None:
         # True: the gateway runs any tool as a task for a client that asks, and says so in every
         # tool's execution.taskSupport (optional, or the upstream's required).
@@ -254,13 +259,13 @@ class Catalog:
                 if isinstance(name, str):
                     exposed = exposed_tool_name(cfg.name, name, cfg.prefix)
                     earlier_prompt = built.prompts.get(exposed)
-                    if not self._taken("prompt", cfg.name, exposed, earlier_prompt and earlier_prompt.upstream):
+                    if not self._taken("prompt", cfg.name, exposed, earlier_prompt.upstream if earlier_prompt else None):
                         built.prompts[exposed] = PromptRoute(exposed, {**prompt, "name": exposed}, cfg.name, name)
             for resource in cache.peek(ListKind.RESOURCES) or ():
                 uri, name = resource.get("uri"), resource.get("name")
                 earlier_resource = built.resources.get(uri) if isinstance(uri, str) else None
                 if isinstance(uri, str) and not self._taken("resource", cfg.name, uri,
-                                                            earlier_resource and earlier_resource.upstream):
+                                                            earlier_resource.upstream if earlier_resource else None):
                     definition = dict(resource)
                     if isinstance(name, str):
                         definition["name"] = exposed_tool_name(cfg.name, name, cfg.prefix)
@@ -269,7 +274,7 @@ class Catalog:
                 uri_template, name = template.get("uriTemplate"), template.get("name")
                 earlier = next((t for t in built.templates if t.definition.get("uriTemplate") == uri_template), None)
                 if isinstance(uri_template, str) and not self._taken("resource template", cfg.name, uri_template,
-                                                                     earlier and earlier.upstream):
+                                                                     earlier.upstream if earlier else None):
                     definition = dict(template)
                     if isinstance(name, str):
                         definition["name"] = exposed_tool_name(cfg.name, name, cfg.prefix)

@@ -160,6 +160,6 @@ class Passthrough:
 
 def _missing_capability(method: str, exc: InputNotProvided) -> RequestError:
     """A handshake-era client that cannot answer the upstream's questions (-32021, as the upstream would)."""
-    needed = {CAPABILITY_OF[m]: {} for m in exc.methods if m in CAPABILITY_OF}
+    needed: dict[str, dict[str, Any]] = {CAPABILITY_OF[m]: {} for m in exc.methods if m in CAPABILITY_OF}
     return RequestError(MISSING_REQUIRED_CLIENT_CAPABILITY, f"{method}: the upstream needs input this client cannot give "
                         f"({exc.reason})", {"requiredCapabilities": needed})

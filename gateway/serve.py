@@ -51,7 +51,7 @@ class _Server(uvicorn.Server):
 def uvicorn_config(config: GatewayConfig) -> uvicorn.Config:
     server = config.server
     return uvicorn.Config(
-        None,  # the app is made once the port is known
+        None,  # type: ignore[arg-type]  # the app is made once the port is known
         host=server.host,
         port=server.port,
         log_level="warning",

@@ -297,8 +297,7 @@ def _operation(raw: Mapping[str, Any], line: int | None, fail: Any) -> Operation
         try:
             check_input_schema(schema)
         except UncheckableSchema as exc:
-            sub = tuple(int(p) if p.isdigit() else p for p in exc.key.split("."))
-            raise fail(str(exc), exc.key, sub) from None
+            raise fail(str(exc), exc.key, tuple(int(p) if p.isdigit() else p for p in exc.key.split("."))) from None
     exposed = agent is not None and agent.exposed
     if exposed and schema is None:
         raise fail("an exposed operation needs an inputSchema (JSON Schema of its input), added by the reviewer", "inputSchema")

@@ -7,6 +7,8 @@ change (a version row, polled about every second).
 
 from __future__ import annotations
 
+import builtins
+
 import hashlib
 import json
 import logging
@@ -188,7 +190,7 @@ class ConnectorRegistry:
 
     # -- config directory ----------------------------------------------------------------
 
-    async def load_dir(self, path: str | Path) -> list[Registration]:
+    async def load_dir(self, path: str | Path) -> builtins.list[Registration]:
         """Read every manifest in `path` (`*/connector.yaml`, `*/dex-connector.json`,
         `*.yaml`, `*.json`; binding files excluded). A bad file refuses the whole directory:
         the operator's config must be right before the gateway starts serving it."""
@@ -281,7 +283,7 @@ class ConnectorRegistry:
         if self._changed is not None:
             self._changed.set()
 
-    def _entries(self) -> list[_Entry]:
+    def _entries(self) -> builtins.list[_Entry]:
         return [*self._config.values(), *(self._api[k] for k in sorted(self._api))]
 
     def _entry(self, source: Literal["config", "api"], filename: str, text: str, manifest: Manifest,

@@ -12,7 +12,7 @@ import shlex
 import sys
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 import anyio
 import httpx2
@@ -24,6 +24,9 @@ from mcp.shared.exceptions import MCPError
 from .check import CallAnswer, CheckReport, ListedTool, Status, run_checks
 from .keys import IDEMPOTENCY_KEY
 from .outcomes import rpc_error_text
+
+if TYPE_CHECKING:
+    from mcp_types import RequestParamsMeta
 
 DEFAULT_TIMEOUT_S = 30.0
 # Codes after which the connection is gone: the next call reconnects.
@@ -147,7 +150,7 @@ class McpToolServer:
         try:
             client = await self._connected()
             result = await client.call_tool(name, arguments, read_timeout_seconds=self._timeout,
-                                            meta={IDEMPOTENCY_KEY: key} if key is not None else None)
+                                            meta=cast("RequestParamsMeta", {IDEMPOTENCY_KEY: key}) if key is not None else None)
         except MCPError as error:
             if error.code in _CONNECTION_LOST:
                 await self.aclose()

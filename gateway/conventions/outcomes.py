@@ -137,7 +137,7 @@ def _resolve_rpc_error(
     outcome = outcome_of(tool, meta)
     if outcome is not None:
         # The key wins over the code, -32603 included: never sent again.
-        return Answer.error_text(text, outcome, dict(meta))
+        return Answer.error_text(text, outcome, dict(meta or {}))
     if code == INTERNAL_ERROR:
         # A gateway in front may return -32603 after the server ran the call.
         return _resolve_interrupted(tool, effect, attempt, max_attempts, text)

@@ -79,12 +79,16 @@ class ListenStreams:
         try:
             for uri in params.notifications.resource_subscriptions or ():
                 # A URI the principal may not read is honoured and never fires, like an unknown one.
-                if await self._hold(uri, lambda upstream, uri=uri: self._scope.may_use_resource(principal, uri, upstream)):
+                if await self._hold(uri, self._readable_by(principal, uri)):
                     held.append(uri)
             return await self._handler(ctx, params)
         finally:
             for uri in held:
                 await self._watch.release(uri)
+
+    def _readable_by(self, principal: str, uri: str) -> Callable[[str], bool]:
+        """Whether `principal` may read `uri` on a given upstream."""
+        return lambda upstream: self._scope.may_use_resource(principal, uri, upstream)
 
     async def _hold(self, uri: str, allowed: Callable[[str], bool]) -> bool:
         try:

@@ -18,7 +18,7 @@ from typing import Any
 
 import mcp_types as types
 from mcp.server import Server, ServerRequestContext
-from mcp.server.caching import CacheHint
+from mcp.server.caching import CacheableMethod, CacheHint
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types import INTERNAL_ERROR
 from pydantic import BaseModel, ValidationError
@@ -47,7 +47,8 @@ INSTRUCTIONS = (
     "(io.superdurable.dex/*); send io.superdurable.dex/idempotencyKey with every write."
 )
 # What a principal may list is its own: 2026-07-28 list results are private and immediately stale.
-_CACHE_HINTS = {m: CacheHint(ttl_ms=0, scope="private") for m in ("prompts/list", "resources/list", "resources/templates/list")}
+_CACHED: tuple[CacheableMethod, ...] = ("prompts/list", "resources/list", "resources/templates/list")
+_CACHE_HINTS: dict[CacheableMethod, CacheHint] = {m: CacheHint(ttl_ms=0, scope="private") for m in _CACHED}
 
 
 class GatewayServer(Server[Any]):

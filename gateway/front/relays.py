@@ -100,8 +100,9 @@ class SessionRelay:
         self._ctx = ctx
         self._token = (ctx.meta or {}).get("progress_token")
         self.modern = is_modern(ctx.protocol_version)
-        params = ctx.params if isinstance(ctx.params, Mapping) else {}
-        meta = params.get("_meta") if isinstance(params.get("_meta"), Mapping) else {}
+        params: Mapping[str, Any] = ctx.params if isinstance(ctx.params, Mapping) else {}
+        found = params.get("_meta")
+        meta: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
         self._log_levels = allowed_log_levels(ctx.protocol_version, meta)  # the SDK's rule for the era
         if self.modern:
             self.log_level: str | None = _modern_level(meta)
@@ -112,7 +113,9 @@ class SessionRelay:
             self.log_level = self._threshold or "debug"
             declared = ctx.session.client_capabilities
             can_ask = ctx.session.can_send_request and declared is not None
-            self._capabilities = _asking(declared.model_dump(by_alias=True, exclude_none=True)) if can_ask else {}
+            self._capabilities = (
+                _asking(declared.model_dump(by_alias=True, exclude_none=True)) if can_ask and declared is not None else {}
+            )
 
     def client_capabilities(self) -> dict[str, Any]:
         return dict(self._capabilities)
@@ -122,7 +125,8 @@ class SessionRelay:
             return
         try:
             await self._ctx.session.send_progress_notification(
-                self._token, progress, total, message, related_request_id=self._ctx.request_id
+                # The id as the client sent it (int or str): the SDK finds the request's stream by it.
+                self._token, progress, total, message, related_request_id=self._ctx.request_id,  # type: ignore[arg-type]
             )
         except Exception:  # noqa: BLE001 - a lost progress notice must not fail the call
             logger.debug("progress notification dropped", exc_info=True)

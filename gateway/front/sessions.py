@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import weakref
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +35,8 @@ _LIST_CHANGED = {
 }
 
 # Called with a URI when the last session holding it lets go (the upstream stops watching it).
-Release = Callable[[str], Awaitable[None]]
+Release = Callable[[str], Coroutine[Any, Any, None]]
+Spawn = Callable[[Callable[[], Coroutine[Any, Any, None]]], object]  # a task group's start_soon
 
 
 def level_allows(threshold: str | None, level: Any) -> bool:
@@ -55,9 +56,9 @@ class Sessions:
     def __init__(self) -> None:
         self._states: weakref.WeakKeyDictionary[Any, _State] = weakref.WeakKeyDictionary()
         self._release: Release | None = None
-        self._spawn: Callable[[Callable[[], Awaitable[None]]], None] | None = None
+        self._spawn: Spawn | None = None
 
-    def on_release(self, release: Release, spawn: Callable[[Callable[[], Awaitable[None]]], None]) -> None:
+    def on_release(self, release: Release, spawn: Spawn) -> None:
         """`release(uri)` runs (through `spawn`, in the background) for each URI a closed session held."""
         self._release, self._spawn = release, spawn
 

@@ -10,6 +10,8 @@ record's `version`: `save` changes nothing and answers False when someone else w
 
 from __future__ import annotations
 
+import builtins
+
 from typing import Protocol
 
 from ..database import Database
@@ -42,7 +44,7 @@ class TaskStore(Protocol):
     ) -> list[TaskRecord]:
         """Newest first (by created_at); `before`: only tasks created before that time (paging)."""
 
-    async def active(self) -> list[TaskRecord]:
+    async def active(self) -> builtins.list[TaskRecord]:
         """Every task that is not terminal (the sweeper checks their TTLs and owners)."""
 
     async def delete_expired(self, cutoff: float) -> int:

@@ -61,7 +61,8 @@ def finish(answer: Answer, upstream_error: dict[str, Any] | None) -> Change:
         if upstream_error is not None and answer.is_error:
             error = dict(upstream_error)
             if answer.outcome is not None:
-                data = error.get("data") if isinstance(error.get("data"), dict) else {}
+                found = error.get("data")
+                data: dict[str, Any] = found if isinstance(found, dict) else {}
                 error["data"] = {**data, "_meta": {**(data.get("_meta") or {}), OUTCOME_KEY: answer.outcome.value}}
             return dataclasses.replace(record, status=TaskStatus.FAILED, error=error, status_message=answer.text or None,
                                        owner=None, lease_until=None, input_requests=None)

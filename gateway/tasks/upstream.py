@@ -151,7 +151,8 @@ class UpstreamTaskCall:
             result = task.get("result")
             return result if isinstance(result, dict) else {"content": [], "isError": False}
         if status == "failed":
-            error = task.get("error") if isinstance(task.get("error"), dict) else {}
+            found = task.get("error")
+            error: dict[str, Any] = found if isinstance(found, dict) else {}
             await self._failed(error)
             raise UpstreamRpcError(self.upstream.name, int(error.get("code", -32603)), str(error.get("message", "")),
                                    error.get("data"))

@@ -17,6 +17,7 @@ import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 from functools import cached_property
 
 from opentelemetry import trace
@@ -27,6 +28,10 @@ from ..errors import ConfigError
 from .calls import NO_CALL_TELEMETRY, CallTelemetry
 from .metrics import CONTENT_TYPE, GatewayMetrics, UpstreamState
 from .tracing import FrontSpan, NO_FRONT_SPAN, front_span
+
+if TYPE_CHECKING:  # the SDK is imported only when tracing is on
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExporter
 
 __all__ = [
     "CONTENT_TYPE", "CallTelemetry", "FrontSpan", "GatewayMetrics", "NO_CALL_TELEMETRY", "NO_FRONT_SPAN",
@@ -101,7 +106,7 @@ def _exporters(config: TelemetryConfig, env: Mapping[str, str]) -> list[str]:
     return [n for n in names if n != "none"]
 
 
-def _provider(config: TelemetryConfig, env: Mapping[str, str], exporters: list[str], instance_id: str | None) -> object:
+def _provider(config: TelemetryConfig, env: Mapping[str, str], exporters: list[str], instance_id: str | None) -> "TracerProvider":
     from opentelemetry.sdk.resources import OTELResourceDetector, Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
@@ -124,7 +129,7 @@ def _provider(config: TelemetryConfig, env: Mapping[str, str], exporters: list[s
     return provider
 
 
-def _otlp_exporter(config: TelemetryConfig, env: Mapping[str, str]) -> object:
+def _otlp_exporter(config: TelemetryConfig, env: Mapping[str, str]) -> "SpanExporter":
     protocol = (
         env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf"
     ).strip()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from opentelemetry import trace
 from opentelemetry.trace import Span, StatusCode, Tracer
@@ -93,7 +93,7 @@ class _CallScope:
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> bool:
+    ) -> Literal[False]:
         owner, route = self._owner, self._route
         answer = self.answer
         if answer is not None:

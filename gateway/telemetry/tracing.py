@@ -21,6 +21,7 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.trace import Span, SpanKind, StatusCode, Tracer
+from opentelemetry.util.types import AttributeValue
 
 from ..conventions.outcomes import Interrupted, NotSent
 
@@ -167,7 +168,7 @@ def attempt_span(tool: str, target: str, upstream: str, attempt: int) -> Iterato
     request is traced); the upstream request made inside carries its traceparent."""
     tracer = current_tracer()
     assert tracer is not None
-    attributes = {METHOD: "tools/call", OPERATION: "execute_tool", TOOL: target, UPSTREAM: upstream, ATTEMPT: attempt,
+    attributes: dict[str, AttributeValue] = {METHOD: "tools/call", OPERATION: "execute_tool", TOOL: target, UPSTREAM: upstream, ATTEMPT: attempt,
                   "dex.tool": tool}
     span = tracer.start_span(f"tools/call {target}", kind=SpanKind.CLIENT, attributes=attributes)
     with _entered(span, otel_context.set_value(_IN_ATTEMPT_KEY, True, trace.set_span_in_context(span))):

@@ -17,7 +17,7 @@ Both are reopened after a failure (backing off to 30 s) and end with the connect
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -48,7 +48,7 @@ class EventStreams:
         self._stream: anyio.CancelScope | None = None  # the current listen stream (reopened on a new filter)
         self._changed = anyio.Event()
 
-    def spawn(self, job: Callable[[], Awaitable[None]]) -> None:
+    def spawn(self, job: Callable[[], Coroutine[Any, Any, None]]) -> None:
         self._tg.start_soon(job)
 
     def stop(self) -> None:

@@ -79,7 +79,8 @@ async def answer_rounds(send: Send, params: dict[str, Any], result: dict[str, An
     while is_input_required(result):
         if relay is None or relay.modern:
             return result  # a 2026 client answers it; without a client, the front decides
-        requests = result.get("inputRequests") if isinstance(result.get("inputRequests"), Mapping) else {}
+        found = result.get("inputRequests")
+        requests: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
         methods = asked_methods(result)
         rounds += 1
         if rounds > MAX_ROUNDS:

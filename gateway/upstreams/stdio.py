@@ -291,7 +291,7 @@ class StdioConnection:
                 logger.error("upstream %s: message over %d bytes; closing", self._name, self._max_line)
                 return False
 
-    async def _dispatch(self, line: bytes) -> None:
+    async def _dispatch(self, line: bytes | bytearray) -> None:
         try:
             message = json.loads(line)
         except ValueError:

@@ -42,7 +42,7 @@ class Upstream:
         # Called when the upstream says one of its lists changed (listing caches refresh).
         self.list_changed_listeners: list[Callable[[], None]] = []
         # Called with a URI when the upstream says that resource changed (clients holding it are told).
-        self.resource_listeners: list[Callable[[str], None]] = []
+        self.resource_listeners: list[Callable[[str], object]] = []
         self._watched: set[str] = set()
         self._closed = False  # closed for good (shutdown): no connection is made again
 

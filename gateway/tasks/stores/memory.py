@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import builtins
+
 import dataclasses
 
 from ..records import TaskRecord, TaskStatus
@@ -46,7 +48,7 @@ class MemoryTaskStore:
         ]  # fmt: skip
         return sorted(rows, key=lambda r: r.created_at, reverse=True)[:limit]
 
-    async def active(self) -> list[TaskRecord]:
+    async def active(self) -> builtins.list[TaskRecord]:
         return [r for r in self._rows.values() if not r.status.terminal]
 
     async def delete_expired(self, cutoff: float) -> int:

@@ -7,6 +7,8 @@ statement; `save` re-checks `version` in its WHERE clause (the compare-and-set).
 
 from __future__ import annotations
 
+import builtins
+
 from typing import Any
 
 from ...database import Database, PoolLease, lock_schema
@@ -89,7 +91,7 @@ class PostgresTaskStore:
         )
         return [record_from_row(r) for r in rows]
 
-    async def active(self) -> list[TaskRecord]:
+    async def active(self) -> builtins.list[TaskRecord]:
         rows = await self._lease.pool.fetch(f"SELECT {_COLS} FROM {self._t} WHERE status IN ('working', 'input_required')")
         return [record_from_row(r) for r in rows]
 

@@ -6,6 +6,8 @@ and media grants); the fence store's own connection is never touched. Writes are
 
 from __future__ import annotations
 
+import builtins
+
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -98,7 +100,7 @@ class SqliteTaskStore:
         rows = await self._run(lambda conn: conn.execute(sql, (*params, int(limit))).fetchall())
         return [record_from_row(r) for r in rows]
 
-    async def active(self) -> list[TaskRecord]:
+    async def active(self) -> builtins.list[TaskRecord]:
         sql = f"SELECT {_COLS} FROM {TASKS_TABLE} WHERE status IN ('working', 'input_required')"
         return [record_from_row(r) for r in await self._run(lambda conn: conn.execute(sql).fetchall())]
 
