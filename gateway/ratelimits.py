@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .config import GatewayConfig, RateConfig
-from .errors import RequestError
+from .errors import ConfigError, RequestError
 
 if TYPE_CHECKING:
     from .telemetry.metrics import GatewayMetrics
@@ -145,7 +145,13 @@ class RedisBuckets:
     """Buckets in Redis (redis-py's asyncio client), shared by every replica."""
 
     def __init__(self, url: str, prefix: str, *, fallback: LocalBuckets | None = None) -> None:
-        import redis.asyncio as redis  # only a configured Redis URL loads the client
+        try:
+            import redis.asyncio as redis  # only a configured Redis URL loads the client
+        except ImportError:
+            raise ConfigError(
+                "rate_limits.redis_url is set, but the Redis client is not installed: "
+                "pip install 'dex-mcp-gateway[redis]'"
+            ) from None
 
         self._redis = redis.Redis.from_url(url, socket_connect_timeout=1.0, socket_timeout=1.0)
         self._script = self._redis.register_script(_TAKE)
