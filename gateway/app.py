@@ -38,7 +38,7 @@ from .media.serving import MediaEndpoint
 from .operations import Operations
 from .scope import PrincipalScope
 from .subscriptions import ResourceWatch
-from .tasks import Tasks, TaskStore
+from .tasks import ObservedTaskStore, Tasks
 from .tasks.runtime import open_tasks_store, start_tasks, task_requests
 from .telemetry import Telemetry
 from .upstreams.listing import ListingCache, ListKind
@@ -214,7 +214,7 @@ async def _build_runtime(
     authenticator: Authenticator,
     connectors: ConnectorRegistry,
     media: Media,
-    task_store: TaskStore | None = None,
+    task_store: ObservedTaskStore | None = None,
     *,
     ops: Operations,
 ) -> Runtime:
@@ -228,6 +228,8 @@ async def _build_runtime(
     caches = [ListingCache(upstream, tg) for upstream in upstreams.values()]
     ops.watch_upstreams(caches)
     events = ClientEvents(Sessions())  # what changed, to each client in its era (gateway/front/events.py)
+    if task_store is not None:
+        task_store.listeners.append(lambda record: tg.start_soon(events.task_saved, record))
     catalog = Catalog(caches, connectors, augment_tasks=task_store is not None and config.tasks.augment,
                       on_lists_changed=lambda kinds: tg.start_soon(events.lists_changed, kinds))
     watch = ResourceWatch(catalog, upstreams)

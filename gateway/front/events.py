@@ -6,6 +6,8 @@
   stream that asked for that kind.
 * Resource updates (an upstream said a resource changed): `notifications/resources/updated` to
   the sessions subscribed to the URI, and to the listen streams that name it.
+* Task changes this process made: `notifications/tasks/status` to the handshake-era session
+  that created the task (gateway/tasks/observed.py tells of them).
 
 `ListenStreams` serves `subscriptions/listen` (2026-07-28, SEP-2575) with the SDK's own
 `ListenHandler` (acknowledgement first, every frame tagged with the subscription id, only the
@@ -35,6 +37,8 @@ from ..errors import RequestError
 from ..principals import ANONYMOUS, PRINCIPAL_SCOPE_KEY
 from ..scope import PrincipalScope
 from ..subscriptions import ResourceWatch
+from ..tasks.records import TaskRecord
+from ..tasks.wire import task_fields
 from .sessions import Sessions
 
 __all__ = ["ClientEvents", "ListenStreams"]
@@ -63,6 +67,11 @@ class ClientEvents:
     async def resource_updated(self, uri: str) -> None:
         await self.sessions.resource_updated(uri)
         await self.bus.publish(ResourceUpdated(uri=uri))
+
+    async def task_saved(self, record: TaskRecord) -> None:
+        """A task this process changed: its status to the handshake-era session that created it
+        (2026-07-28 clients poll `tasks/get`; the extension has no status notification)."""
+        await self.sessions.task_status(task_fields(record, modern=False), terminal=record.status.terminal)
 
 
 class ListenStreams:

@@ -139,7 +139,10 @@ class _Handlers:
         if ctx.method == "tools/call":
             with _as_mcp_error():
                 request = parse_tool_call(ctx.params)
-                return await self._p.tool_calls.result(_principal(ctx), request, self._relay(ctx), modern=modern)
+                result = await self._p.tool_calls.result(_principal(ctx), request, self._relay(ctx), modern=modern)
+            if not modern and isinstance(result.get("task"), dict):
+                self._p.sessions.watch_task(ctx, result["task"])  # a CreateTaskResult: tell of its changes
+            return result
         if ctx.method == "tools/list":
             return await self._p.listing.result(_principal(ctx), modern=modern)
         if ctx.method in ("prompts/get", "resources/read"):

@@ -7,7 +7,9 @@ request go. For each such connection the gateway keeps:
 * the log level the client chose with `logging/setLevel` (log messages below it are not
   relayed; a 2026-07-28 upstream is asked for that level in each request's `_meta`);
 * the resources it subscribed to (`resources/subscribe`): `notifications/resources/updated`
-  reach only those sessions, and the upstream is watched while any session holds the URI.
+  reach only those sessions, and the upstream is watched while any session holds the URI;
+* the tasks it created (`tools/call` with `task`) that have not ended, with the status it was
+  last told: `notifications/tasks/status` goes to that session when this process changes one.
 
 Connections are held weakly: a closed session is forgotten, and its subscriptions released.
 A stateless request has no connection that outlives it, so nothing is kept for it.
@@ -50,6 +52,8 @@ def level_allows(threshold: str | None, level: Any) -> bool:
 class _State:
     level: str | None = None
     resources: set[str] = field(default_factory=set)
+    # task id -> (status, status message) the session was last told (created: the CreateTaskResult).
+    tasks: dict[str, tuple[str, str | None]] = field(default_factory=dict)
 
 
 class Sessions:
@@ -103,6 +107,12 @@ class Sessions:
         state.resources.discard(uri)
         return True
 
+    def watch_task(self, ctx: ServerRequestContext[Any], task: dict[str, Any]) -> None:
+        """The session created this task (its CreateTaskResult's `task`): tell it of changes."""
+        state = self._state(ctx)
+        if state is not None and isinstance(task.get("taskId"), str):
+            state.tasks[task["taskId"]] = (str(task.get("status")), task.get("statusMessage"))
+
     def _closed(self, resources: set[str]) -> None:
         if self._release is None or self._spawn is None:
             return
@@ -129,6 +139,22 @@ class Sessions:
         for connection, state in list(self._states.items()):
             if uri in state.resources:
                 await _send(connection, "send_resource_updated", uri)
+
+
+    async def task_status(self, task: dict[str, Any], *, terminal: bool) -> None:
+        """`notifications/tasks/status` with `task` (a 2025-11-25 Task object) to the session that
+        created it, when its status or message differs from what that session was last told."""
+        task_id = task["taskId"]
+        seen = (task["status"], task.get("statusMessage"))
+        for connection, state in list(self._states.items()):
+            told = state.tasks.get(task_id)
+            if told is None or told == seen:
+                continue
+            if terminal:
+                del state.tasks[task_id]
+            else:
+                state.tasks[task_id] = seen
+            await _send(connection, "notify", "notifications/tasks/status", task)
 
 
 async def _send(connection: Any, method: str, *args: Any) -> None:

@@ -9,15 +9,17 @@
     upstream.py     a tools/call run as an upstream task, polled to its end (polling.py: intervals)
     requests.py     which calls go upstream as tasks (the pipeline asks)
     service.py      the entry points both front entries call (tools/call, tasks/*)
+    observed.py     the store with listeners of this process's writes (status notifications)
     admin.py        `dex-gateway tasks list|show|cancel`
 """
 
 from __future__ import annotations
 
 from .jobs import TaskJobs
+from .observed import ObservedTaskStore
 from .records import TaskRecord, TaskStatus
 from .requests import TaskRequests
 from .service import TaskSettings, Tasks
 from .store import TaskStore, open_task_store
 
-__all__ = ["TaskJobs", "TaskRecord", "TaskRequests", "TaskSettings", "TaskStatus", "TaskStore", "Tasks", "open_task_store"]
+__all__ = ["ObservedTaskStore", "TaskJobs", "TaskRecord", "TaskRequests", "TaskSettings", "TaskStatus", "TaskStore", "Tasks", "open_task_store"]

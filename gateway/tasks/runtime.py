@@ -21,18 +21,20 @@ from .jobs import TaskJobs
 from .requests import TaskRequests
 from .creation import TaskParts
 from .service import TaskSettings, Tasks
+from .observed import ObservedTaskStore
 from .store import TaskStore, open_task_store
 
 __all__ = ["open_tasks_store", "start_tasks", "task_requests"]
 
 
 @asynccontextmanager
-async def open_tasks_store(config: TasksConfig, database: Database) -> AsyncIterator[TaskStore | None]:
-    """The task store (None when tasks are off), open for the body."""
+async def open_tasks_store(config: TasksConfig, database: Database) -> AsyncIterator[ObservedTaskStore | None]:
+    """The task store (None when tasks are off), open for the body; its listeners hear of this
+    process's writes (the front's task status notifications)."""
     if not config.enabled:
         yield None
         return
-    async with opened(open_task_store(database)) as store:
+    async with opened(ObservedTaskStore(open_task_store(database))) as store:
         yield store
 
 
