@@ -3,11 +3,9 @@ running many calls over a bounded set of clients, PostgreSQL schemas, summary li
 
 from __future__ import annotations
 
-import asyncio
 import fcntl
 import os
 import statistics
-import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -16,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import asyncpg
 import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
@@ -28,7 +25,6 @@ KEY = "io.superdurable.dex/idempotencyKey"
 OUTCOME = "io.superdurable.dex/outcome"
 REPLAYED = "dex-gateway/replayed"
 
-PG_URL = os.environ.get("DEX_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
 # Printed in the terminal summary by conftest.py.
 SUMMARY_LINES: list[str] = []
@@ -177,35 +173,6 @@ def describe_failures(outcomes: Sequence[CallOutcome], limit: int = 3) -> str:
 
 
 # -- PostgreSQL -------------------------------------------------------------------------------
-
-
-def pg_unreachable_reason() -> str | None:
-    async def check() -> str | None:
-        try:
-            conn = await asyncpg.connect(PG_URL, timeout=3)
-        except (OSError, asyncpg.PostgresError, asyncio.TimeoutError) as exc:
-            return f"PostgreSQL unreachable at {PG_URL}: {exc!r}"
-        await conn.close()
-        return None
-
-    return asyncio.run(check())
-
-
-def unique_pg_url(label: str) -> tuple[str, str]:
-    schema = f"{label}_{uuid.uuid4().hex[:12]}"
-    sep = "&" if "?" in PG_URL else "?"
-    return f"{PG_URL}{sep}schema={schema}", schema
-
-
-def drop_pg_schema(schema: str) -> None:
-    async def drop() -> None:
-        conn = await asyncpg.connect(PG_URL, timeout=5)
-        try:
-            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-        finally:
-            await conn.close()
-
-    asyncio.run(drop())
 
 
 # -- crash-loop tallies -----------------------------------------------------------------------

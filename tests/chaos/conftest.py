@@ -17,7 +17,8 @@ _ROOT = str(Path(__file__).resolve().parents[2])
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
-from tests.chaos.chaos_support import SUMMARY_LINES, drop_pg_schema, pg_unreachable_reason, unique_pg_url  # noqa: E402
+from tests.chaos.chaos_support import SUMMARY_LINES  # noqa: E402
+from tests.support.postgres import fresh_schema_url  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -26,24 +27,11 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-@pytest.fixture(scope="session")
-def pg_reachable() -> None:
-    reason = pg_unreachable_reason()
-    if reason:
-        pytest.skip(reason)
-
-
 @pytest.fixture(scope="module")
 def pg_store_url(request: pytest.FixtureRequest) -> Iterator[str]:
     """A fence store URL in a fresh PostgreSQL schema, dropped after the module."""
-    reason = pg_unreachable_reason()
-    if reason:
-        pytest.skip(reason)
-    url, schema = unique_pg_url("chaos")
-    try:
+    with fresh_schema_url("chaos") as url:
         yield url
-    finally:
-        drop_pg_schema(schema)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -16,10 +16,11 @@ import httpx
 import pytest
 import yaml
 from connector_support import manifest_doc
-from test_connector_manifest_limits import ALIAS_BOMB, big_manifest, operation
+from test_connector_manifest_limits import big_manifest, operation
 
 from gateway.connectors.storage import SqliteRegistrationStore, StoredRegistration, now_iso
 from tests.support.gateway import RunningGateway, start_gateway, write_config
+from tests.support.hostile import ALIAS_BOMB
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 

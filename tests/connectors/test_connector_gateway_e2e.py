@@ -12,10 +12,8 @@ so "ran exactly once" / "never reached the connector" are counted at the service
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
-import os
 import shutil
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -35,6 +33,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult
 
 from tests.support.gateway import RunningGateway, start_gateway, write_config
+from tests.support.postgres import fresh_schema_url
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
@@ -51,7 +50,6 @@ AGENT_TOKEN = "agent-e2e-token"
 ADMIN_TOKEN = "admin-e2e-token"
 SERVICE_TOKEN = "service-e2e-token"
 GATEWAY_ENV = {"BILLING_TOKEN": SERVICE_TOKEN, "TICKETS_TOKEN": SERVICE_TOKEN}
-PG_URL = os.environ.get("DEX_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
 BILLING_TEXT = (REPO_ROOT / "examples/connectors/billing/connector.yaml").read_text()
 TICKETS_TEXT = (REPO_ROOT / "examples/connectors/tickets/connector.yaml").read_text()
@@ -142,34 +140,11 @@ def sqlite_pair(tmp_path_factory: pytest.TempPathFactory, connectors_dir: Path) 
         yield pair
 
 
-def _pg(statement: str | None) -> None:
-    async def run() -> None:
-        import asyncpg
-
-        conn = await asyncpg.connect(PG_URL, timeout=3)
-        try:
-            if statement:
-                await conn.execute(statement)
-        finally:
-            await conn.close()
-
-    asyncio.run(run())
-
-
 @pytest.fixture(scope="module")
 def postgresql_pair(tmp_path_factory: pytest.TempPathFactory, connectors_dir: Path) -> Iterator[Pair]:
-    pytest.importorskip("asyncpg")
-    try:
-        _pg(None)
-    except Exception as exc:  # noqa: BLE001 - unreachable, refused, no such database: skip
-        pytest.skip(f"PostgreSQL unreachable at {PG_URL}: {exc!r}")
-    schema = f"dex_e2e_{uuid.uuid4().hex[:12]}"
     root = tmp_path_factory.mktemp("e2e-pg")
-    try:
-        with run_pair(root, f"{PG_URL}?schema={schema}", connectors_dir) as pair:
-            yield pair
-    finally:
-        _pg(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    with fresh_schema_url("dex_e2e") as url, run_pair(root, url, connectors_dir) as pair:
+        yield pair
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

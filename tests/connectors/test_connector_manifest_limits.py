@@ -17,19 +17,7 @@ from gateway.connectors import ConnectorRegistry, ManifestError, parse_manifest
 from gateway.connectors.manifest import parse_manifest_off_loop
 from gateway.connectors.storage import SqliteRegistrationStore, StoredRegistration, now_iso
 from gateway.yamlsource import DEFAULT_LIMITS, SourceLimits
-
-# The classic "billion laughs": 342 bytes (the issue's was 489), 9**9 strings with every alias expanded.
-ALIAS_BOMB = """\
-a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]
-b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]
-c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]
-d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]
-e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]
-f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]
-g: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]
-h: &h [*g,*g,*g,*g,*g,*g,*g,*g,*g]
-i: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]
-"""
+from tests.support.hostile import ALIAS_BOMB
 
 
 def operation(name: str) -> dict[str, object]:

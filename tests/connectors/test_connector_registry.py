@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import os
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -24,8 +21,8 @@ from gateway.connectors import (
 )
 from gateway.connectors.admin_api import admin_routes
 from gateway.connectors.bindings import BindingPolicy
+from tests.support.postgres import fresh_schema, schema_url
 
-PG_URL = os.environ.get("DEX_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 BILLING_TEXT = (REPO_ROOT / "examples/connectors/billing/connector.yaml").read_text()
 TICKETS_TEXT = (REPO_ROOT / "examples/connectors/tickets/connector.yaml").read_text()
 HTTP_BINDING = {"type": "http", "base_url": "http://127.0.0.1:9/billing"}
@@ -146,22 +143,13 @@ async def test_two_replicas_on_one_sqlite_file(tmp_path: Path) -> None:
 
 @pytest.fixture
 async def pg_schema() -> AsyncIterator[str]:
-    asyncpg = pytest.importorskip("asyncpg")
-    try:
-        conn = await asyncpg.connect(PG_URL, timeout=3)
-    except (OSError, asyncpg.PostgresError, asyncio.TimeoutError) as exc:
-        pytest.skip(f"PostgreSQL unreachable at {PG_URL}: {exc!r}")
-    schema = f"dex_conn_{uuid.uuid4().hex[:12]}"
-    try:
+    async with fresh_schema("dex_conn") as schema:
         yield schema
-    finally:
-        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-        await conn.close()
 
 
 @pytest.mark.anyio
 async def test_two_replicas_on_one_postgres_schema(pg_schema: str) -> None:
-    url = f"{PG_URL}?schema={pg_schema}"
+    url = schema_url(pg_schema)
     await _shared(url, url)
 
 

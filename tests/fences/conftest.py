@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
-import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import asyncpg
 import pytest
 
 from fence_helpers import FakeClock
-
-PG_URL = os.environ.get("DEX_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
-
+from tests.support.postgres import fresh_schema_url
 
 @pytest.fixture
 def anyio_backend() -> str:
@@ -27,37 +21,11 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
-async def _pg_check() -> str | None:
-    try:
-        conn = await asyncpg.connect(PG_URL, timeout=3)
-    except (OSError, asyncpg.PostgresError, asyncio.TimeoutError) as exc:
-        return f"PostgreSQL unreachable at {PG_URL}: {exc!r}"
-    await conn.close()
-    return None
-
-
-@pytest.fixture(scope="session")
-def pg_available() -> None:
-    reason = asyncio.run(_pg_check())
-    if reason:
-        pytest.skip(reason)
-
-
-async def _drop_schema(schema: str) -> None:
-    conn = await asyncpg.connect(PG_URL)
-    try:
-        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-    finally:
-        await conn.close()
-
-
 @pytest.fixture
-def pg_url(pg_available: None) -> Iterator[str]:
+def pg_url() -> Iterator[str]:
     """A fence store URL in a fresh PostgreSQL schema, dropped afterwards."""
-    schema = f"fences_test_{uuid.uuid4().hex[:12]}"
-    sep = "&" if "?" in PG_URL else "?"
-    yield f"{PG_URL}{sep}schema={schema}"
-    asyncio.run(_drop_schema(schema))
+    with fresh_schema_url("fences_test") as url:
+        yield url
 
 
 @pytest.fixture

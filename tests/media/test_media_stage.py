@@ -3,16 +3,12 @@ grants table on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
-import os
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import pytest
 
 from gateway.conventions.answers import Answer
@@ -26,11 +22,11 @@ from gateway.media.stage import MediaStage
 from gateway.media.stores.memory import MemoryMediaStore
 from gateway.media.validation import ImageRules, ValidImage
 from tests.support import images
+from tests.support.postgres import fresh_schema, schema_url
 
 pytestmark = pytest.mark.anyio
 
 RULES = ImageRules()
-PG_URL = os.environ.get("DEX_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
 
 def result(*blocks: dict[str, Any], is_error: bool = False, meta: dict[str, Any] | None = None) -> Answer:
@@ -128,17 +124,8 @@ async def database(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncItera
         async with Database(f"sqlite:///{tmp_path / 'gateway.db'}") as db:
             yield db
         return
-    schema = f"media_test_{uuid.uuid4().hex[:12]}"
-    try:
-        conn = await asyncpg.connect(PG_URL, timeout=3)
-    except (OSError, asyncpg.PostgresError, asyncio.TimeoutError) as exc:
-        pytest.skip(f"PostgreSQL unreachable at {PG_URL}: {exc!r}")
-    try:
-        async with Database(f"{PG_URL}?schema={schema}") as db:
-            yield db
-    finally:
-        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-        await conn.close()
+    async with fresh_schema("media_test") as schema, Database(schema_url(schema)) as db:
+        yield db
 
 
 async def test_grants_in_the_gateway_database_are_idempotent(database: Database) -> None:

@@ -21,19 +21,7 @@ from gateway.yamlsource import (
     load_source,
     load_yaml,
 )
-
-# The classic "billion laughs": 342 bytes (the issue's was 489), 9**9 strings with every alias expanded.
-ALIAS_BOMB = """\
-a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]
-b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]
-c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]
-d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]
-e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]
-f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]
-g: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]
-h: &h [*g,*g,*g,*g,*g,*g,*g,*g,*g]
-i: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]
-"""
+from tests.support.hostile import ALIAS_BOMB
 
 
 def test_the_alias_bomb_is_refused_fast_naming_the_limit_and_line() -> None:
