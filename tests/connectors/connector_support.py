@@ -6,10 +6,12 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -101,3 +103,54 @@ def wait_until(probe: Callable[[], bool], timeout: float = 5.0) -> bool:
 async def echo_operation(request: Any) -> dict[str, Any]:
     """A Python-bound operation for registry tests: answers its input."""
     return {"branch": "found", "value": {"echo": request.input}}
+
+
+# -- a loopback listener recording what bindings send ----------------------------------------------
+
+
+@dataclass
+class RecordingListener:
+    """Every POST it received: path, headers, body."""
+
+    base: str
+    seen: list[dict[str, Any]] = field(default_factory=list)
+
+    def everything(self) -> str:
+        return json.dumps(self.seen)
+
+
+@contextmanager
+def recording_listener() -> Iterator[RecordingListener]:
+    """An HTTP listener on loopback that records every POST and answers the connector's `found`
+    branch; a path under /redirect is answered 307 to <base>/followed (bindings must not follow)."""
+    box: list[RecordingListener] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("content-length", "0")))
+            box[0].seen.append({"path": self.path, "headers": dict(self.headers.items()), "body": body.decode()})
+            if self.path.startswith("/redirect"):
+                self.send_response(307)
+                self.send_header("location", f"{box[0].base}/followed")
+                self.send_header("content-length", "0")
+                self.end_headers()
+                return
+            payload = b'{"branch":"found","value":{"ok":true}}'
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    box.append(RecordingListener(f"http://127.0.0.1:{server.server_address[1]}"))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield box[0]
+    finally:
+        server.shutdown()
+        server.server_close()
+

@@ -14,18 +14,16 @@ import hashlib
 import json
 import os
 import textwrap
-import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import httpx2
 import pytest
-from connector_support import REPO_ROOT
+from connector_support import REPO_ROOT, RecordingListener, recording_listener
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult
@@ -84,48 +82,10 @@ def text_of(result: CallToolResult) -> str:
 # -- the listener -------------------------------------------------------------------------------------
 
 
-@dataclass
-class Listener:
-    base: str
-    seen: list[dict[str, Any]] = field(default_factory=list)
-
-    def everything(self) -> str:
-        return json.dumps(self.seen)
-
-
 @pytest.fixture(scope="module")
-def listener() -> Iterator[Listener]:
-    box: list[Listener] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("content-length", "0")))
-            box[0].seen.append({"path": self.path, "headers": dict(self.headers.items()), "body": body.decode()})
-            if self.path.startswith("/redirect"):
-                self.send_response(307)
-                self.send_header("location", f"{box[0].base}/followed")
-                self.send_header("content-length", "0")
-                self.end_headers()
-                return
-            payload = b'{"branch":"found","value":{"ok":true}}'
-            self.send_response(200)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    box.append(Listener(f"http://127.0.0.1:{server.server_address[1]}"))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield box[0]
-    finally:
-        server.shutdown()
-        server.server_close()
+def listener() -> Iterator[RecordingListener]:
+    with recording_listener() as running:
+        yield running
 
 
 # -- the gateway ----------------------------------------------------------------------------------------
@@ -266,7 +226,7 @@ async def test_sys_exit_over_raw_http_is_not_a_500(setup: Setup) -> None:
 
 
 @pytest.mark.parametrize("env", ["PATH", "HOME", "DEX_E2E_NOT_GRANTED"])
-async def test_credential_outside_the_list_refused(setup: Setup, listener: Listener, env: str) -> None:
+async def test_credential_outside_the_list_refused(setup: Setup, listener: RecordingListener, env: str) -> None:
     before = len(listener.seen)
     response = await post(setup.gateway, "leak", {"type": "http", "base_url": f"{listener.base}/leak",
                                                   "credential": {"header": "X-Leak", "env": env, "scheme": None}})
@@ -286,7 +246,7 @@ async def test_base_url_outside_the_allowed_hosts_refused(setup: Setup, base_url
     assert "connectors.allowed_hosts" in response.json()["error"]
 
 
-async def test_no_environment_variable_reaches_the_listener_unless_granted(setup: Setup, listener: Listener) -> None:
+async def test_no_environment_variable_reaches_the_listener_unless_granted(setup: Setup, listener: RecordingListener) -> None:
     """The granted variable arrives where it was sent; PATH and the other secret never do."""
     response = await post(setup.gateway, "granted", {"type": "http", "base_url": f"{listener.base}/granted",
                                                      "credential": {"header": "Authorization", "env": "DEX_E2E_GRANTED"}})
@@ -304,7 +264,7 @@ async def test_no_environment_variable_reaches_the_listener_unless_granted(setup
     assert os.environ["PATH"] not in everything and setup.gateway.env["PATH"] not in everything
 
 
-async def test_redirects_are_not_followed(setup: Setup, listener: Listener) -> None:
+async def test_redirects_are_not_followed(setup: Setup, listener: RecordingListener) -> None:
     response = await post(setup.gateway, "bounce", {"type": "http", "base_url": f"{listener.base}/redirect"})
     assert response.status_code == 201, response.text
     try:

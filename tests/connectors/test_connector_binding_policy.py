@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from connector_support import REPO_ROOT
+from connector_support import REPO_ROOT, recording_listener
 
 from gateway.config import config_from_text
 from gateway.connectors import ConnectorRegistry
@@ -298,35 +298,10 @@ def test_special_kinds() -> None:
 # -- connect time -------------------------------------------------------------------------------------------
 
 
-class _Recorder(BaseHTTPRequestHandler):
-    seen: list[dict[str, Any]]
-
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers.get("content-length", "0")))
-        self.seen.append({"path": self.path, "headers": dict(self.headers), "body": body.decode()})
-        payload = b'{"branch":"found","value":{"ok":true}}'
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
 @pytest.fixture
 def recorder() -> Iterator[tuple[str, list[dict[str, Any]]]]:
-    seen: list[dict[str, Any]] = []
-    handler = type("Handler", (_Recorder,), {"seen": seen})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", seen
-    finally:
-        server.shutdown()
-        server.server_close()
+    with recording_listener() as listener:
+        yield listener.base, listener.seen
 
 
 class _RefuseLoopback:
