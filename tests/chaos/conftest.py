@@ -7,24 +7,13 @@ Summary lines recorded with `chaos_support.report(...)` are printed at the end o
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-_ROOT = str(Path(__file__).resolve().parents[2])
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
 
-from tests.chaos.chaos_support import SUMMARY_LINES  # noqa: E402
-from tests.support.postgres import fresh_schema_url  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    # asyncpg (PostgreSQL schema clean-up) and the SDK client run on asyncio.
-    return "asyncio"
+from tests.chaos.chaos_support import SUMMARY_LINES
+from tests.support.postgres import fresh_schema_url
 
 
 @pytest.fixture(scope="module")

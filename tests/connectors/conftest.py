@@ -13,12 +13,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 from connector_support import ExampleService, start_service  # noqa: E402
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    # asyncpg is asyncio-only.
-    return "asyncio"
-
-
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ExampleService]:
     with start_service(tmp_path_factory.mktemp("connector-service")) as svc:

@@ -41,11 +41,6 @@ DEX_EFFECTS = {
 }
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @asynccontextmanager
 async def stdio_client(name: str, state_dir: Path, mode: str, *args: str) -> AsyncIterator[Client]:
     async with Client(stdio_params(name, state_dir=state_dir, args=args), mode=mode, cache=None) as client:

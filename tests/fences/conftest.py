@@ -10,11 +10,6 @@ import pytest
 from fence_helpers import FakeClock
 from tests.support.postgres import fresh_schema_url
 
-@pytest.fixture
-def anyio_backend() -> str:
-    # asyncpg is asyncio-only.
-    return "asyncio"
-
 
 @pytest.fixture
 def clock() -> FakeClock:

@@ -3,18 +3,13 @@ the end of the run (terminal summary), so they can be quoted without -s."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-_ROOT = str(Path(__file__).resolve().parents[2])
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
 
-from tests.fuzz.oracle import FIGURES  # noqa: E402
-from tests.fuzz.target import Fuzzed, fuzzed_gateway  # noqa: E402
+from tests.fuzz.oracle import FIGURES
+from tests.fuzz.target import Fuzzed, fuzzed_gateway
 
 
 @pytest.fixture(scope="module")

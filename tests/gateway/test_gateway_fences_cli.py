@@ -14,11 +14,6 @@ from tests.support.gateway import run_gateway_cli, start_gateway, stdio_upstream
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 async def test_stats_show_and_purge(tmp_path: Path) -> None:
     config = write_config(tmp_path, {"upstreams": [stdio_upstream("pay", "dex_server", state_dir=tmp_path / "pay")]})
     with start_gateway(config) as gateway:

@@ -2,23 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-_ROOT = str(Path(__file__).resolve().parents[2])
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
 
-from tests.gateway.helpers import ERAS  # noqa: E402
-from tests.support.s3 import CREDENTIALS, MotoS3, moto_s3  # noqa: E402
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"  # asyncpg and aiobotocore are asyncio-only
+from tests.gateway.helpers import ERAS
+from tests.support.s3 import CREDENTIALS, MotoS3, moto_s3
 
 
 @pytest.fixture(scope="session")

@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-_ROOT = str(Path(__file__).resolve().parents[2])
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
 
-from tests.support.postgres import fresh_schema_url  # noqa: E402
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"  # asyncpg is asyncio-only
+from tests.support.postgres import fresh_schema_url
 
 
 @pytest.fixture

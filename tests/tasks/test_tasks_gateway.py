@@ -59,11 +59,6 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
             yield Setup(gateway, root / "t", upstream.url)
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def _client(url: str, mode: str) -> Client:
     http = httpx2.AsyncClient(timeout=httpx2.Timeout(30, read=120))
     return Client(streamable_http_client(url, http_client=http), mode=mode, cache=None, read_timeout_seconds=60)
@@ -292,7 +287,6 @@ async def test_sdk_client_cannot_see_another_era_error(setup: Setup) -> None:
         with pytest.raises(MCPError) as caught:
             await sdk_raw(client, "tasks/get", {"taskId": "missing"})
         assert caught.value.error.code == -32602
-
 
 
 def _sse_messages(text: str) -> list[dict[str, Any]]:

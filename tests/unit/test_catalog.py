@@ -30,11 +30,6 @@ pytestmark = pytest.mark.anyio
 R, IW, NIW = "read", "idempotent_write", "non_idempotent_write"
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 # -- fakes ------------------------------------------------------------------------------------
 
 

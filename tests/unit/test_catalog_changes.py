@@ -14,11 +14,6 @@ from tests.unit.test_catalog import FakeListing, stdio, tool
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 async def test_the_kinds_whose_published_definitions_changed_are_reported() -> None:
     pay = FakeListing(stdio("pay"), tools=[tool("refund")], prompts=[], resources=[], templates=[])
     changes: list[frozenset[str]] = []

@@ -16,11 +16,6 @@ from gateway.relay import CallRelay, RelayRefused
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 class ModernRelay:
     modern = True
     log_level: str | None = None

@@ -3,22 +3,13 @@ HTTP and stdio connections against in-memory transports (MockTransport, memory b
 
 from __future__ import annotations
 
-import sys
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import anyio
 import anyio.abc
 import pytest
 
-_ROOT = str(Path(__file__).resolve().parents[2])
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"  # aiohttp runs on asyncio only
+from gateway.upstreams.transport import AiohttpTransport
 
 
 @pytest.fixture
@@ -27,3 +18,13 @@ async def tg() -> AsyncIterator[anyio.abc.TaskGroup]:
     async with anyio.create_task_group() as task_group:
         yield task_group
         task_group.cancel_scope.cancel()
+
+
+@pytest.fixture
+async def transport() -> AsyncIterator[AiohttpTransport]:
+    """The upstream HTTP transport, closed when the test ends."""
+    transport = AiohttpTransport(connect_timeout=2)
+    try:
+        yield transport
+    finally:
+        await transport.aclose()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -22,15 +21,6 @@ from gateway.upstreams.transport import AiohttpTransport, HttpRequest
 from tests.upstreams.loopback import RawServer, ok, raw_server, reset, wait_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
-
-
-@pytest.fixture
-async def transport() -> AsyncIterator[AiohttpTransport]:
-    transport = AiohttpTransport(connect_timeout=2)
-    try:
-        yield transport
-    finally:
-        await transport.aclose()
 
 
 async def post(transport: AiohttpTransport, url: str, body: bytes = b"{}") -> bytes:
@@ -149,6 +139,17 @@ async def test_fin_the_loop_has_not_read_yet_is_caught_by_the_probe(
     pausing reads on the pooled socket): aiohttp still thinks the connection is fine; the
     liveness probe takes another one, so nothing is written to the dead socket."""
 
+    server, pooled = await _closed_while_unread(tg, transport)
+    await wait_for(lambda: transport_module._peer_gone(_Conn(pooled[0])))  # the FIN is in our kernel
+    assert pooled[0].is_connected()  # aiohttp has not noticed
+    assert await post(transport, server.url) == b'{"ok":true}'
+    assert server.requests == 2 and server.connections == 2
+
+
+async def _closed_while_unread(tg: anyio.abc.TaskGroup, transport: AiohttpTransport) -> tuple[RawServer, list[Any]]:
+    """One answered request, then the server closes the pooled connection while our event loop
+    does not read it (reads paused): the FIN waits in the kernel. The server and the pool."""
+
     async def handler(stream: anyio.abc.SocketStream, server: RawServer) -> None:
         if await server.read_request(stream, bytearray()):
             await stream.send(ok())
@@ -162,10 +163,7 @@ async def test_fin_the_loop_has_not_read_yet_is_caught_by_the_probe(
     pooled[0].transport.pause_reading()
     server.event("pause").set()
     await server.event("closed-1").wait()
-    await wait_for(lambda: transport_module._peer_gone(_Conn(pooled[0])))  # the FIN is in our kernel
-    assert pooled[0].is_connected()  # aiohttp has not noticed
-    assert await post(transport, server.url) == b'{"ok":true}'
-    assert server.requests == 2 and server.connections == 2
+    return server, pooled
 
 
 class _Conn:
@@ -188,18 +186,7 @@ async def test_without_the_probe_that_race_is_maybe_sent_and_never_resent(
 
     monkeypatch.setattr(transport_module, "_peer_gone", probe_sees_nothing)
 
-    async def handler(stream: anyio.abc.SocketStream, server: RawServer) -> None:
-        if await server.read_request(stream, bytearray()):
-            await stream.send(ok())
-            await server.event("pause").wait()
-        server.event(f"closed-{server.connections}").set()
-
-    server = await raw_server(tg, handler)
-    assert await post(transport, server.url) == b'{"ok":true}'
-    pooled = [proto for protos in transport._client().connector._conns.values() for proto, _ in protos]  # type: ignore[union-attr]
-    pooled[0].transport.pause_reading()
-    server.event("pause").set()
-    await server.event("closed-1").wait()
+    server, _ = await _closed_while_unread(tg, transport)
     with pytest.raises(RequestMaybeSent):
         await post(transport, server.url)
     assert server.connections == 1  # no second connection: no re-send

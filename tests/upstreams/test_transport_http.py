@@ -71,15 +71,6 @@ async def server() -> AsyncIterator[WebServer]:
         yield running
 
 
-@pytest.fixture
-async def transport() -> AsyncIterator[AiohttpTransport]:
-    transport = AiohttpTransport(connect_timeout=2)
-    try:
-        yield transport
-    finally:
-        await transport.aclose()
-
-
 async def post_json(transport: AiohttpTransport, url: str, payload: object) -> tuple[int, object]:
     request = HttpRequest("POST", url, {"content-type": "application/json"}, json.dumps(payload).encode())
     async with transport.stream(request) as response:

@@ -1,8 +1,0 @@
-"""Make `tests.support` importable when pytest runs without the repo root on sys.path."""
-
-import sys
-from pathlib import Path
-
-_ROOT = str(Path(__file__).resolve().parents[2])
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
