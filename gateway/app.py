@@ -38,7 +38,7 @@ from .media.serving import MediaEndpoint
 from .operations import Operations
 from .scope import PrincipalScope
 from .subscriptions import ResourceWatch
-from .tasks import ObservedTaskStore, Tasks
+from .tasks import ObservedTaskStore, TaskRecord, Tasks
 from .tasks.runtime import open_tasks_store, start_tasks, task_requests
 from .telemetry import Telemetry
 from .upstreams.listing import ListingCache, ListKind
@@ -229,7 +229,12 @@ async def _build_runtime(
     ops.watch_upstreams(caches)
     events = ClientEvents(Sessions())  # what changed, to each client in its era (gateway/front/events.py)
     if task_store is not None:
-        task_store.listeners.append(lambda record: tg.start_soon(events.task_saved, record))
+
+        def tell_task_status(record: TaskRecord) -> None:
+            if events.sessions.watches_task(record.task_id):  # none on a stateless front: nothing to do
+                tg.start_soon(events.task_saved, record)
+
+        task_store.listeners.append(tell_task_status)
     catalog = Catalog(caches, connectors, augment_tasks=task_store is not None and config.tasks.augment,
                       on_lists_changed=lambda kinds: tg.start_soon(events.lists_changed, kinds))
     watch = ResourceWatch(catalog, upstreams)

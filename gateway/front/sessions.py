@@ -141,6 +141,10 @@ class Sessions:
                 await _send(connection, "send_resource_updated", uri)
 
 
+    def watches_task(self, task_id: str) -> bool:
+        """Whether a live session is waiting to hear of this task."""
+        return any(task_id in state.tasks for state in self._states.values())
+
     async def task_status(self, task: dict[str, Any], *, terminal: bool) -> None:
         """`notifications/tasks/status` with `task` (a 2025-11-25 Task object) to the session that
         created it, when its status or message differs from what that session was last told."""
