@@ -185,7 +185,10 @@ def test_cancel_reaches_the_upstream_task_and_is_idempotent(setup: Setup, era: s
         params["task"] = {"ttl": 120_000}
     task_id = task_id_of(result_of(post(setup.url, "tools/call", params, era=era)))
     wait_task(setup.url, task_id, era=era, until=("working",))
-    time.sleep(0.5)  # the upstream task exists (its id is stored)
+    deadline = time.monotonic() + 10  # until the upstream's own task is running
+    while not any(t["status"] == "working" for t in result_of(post(setup.upstream_url, "tasks/list", {}, era=HANDSHAKE))["tasks"]):
+        assert time.monotonic() < deadline, "the upstream never started its task"
+        time.sleep(0.05)
     first = result_of(post(setup.url, "tasks/cancel", {"taskId": task_id}, era=era))
     again = result_of(post(setup.url, "tasks/cancel", {"taskId": task_id}, era=era))
     if era == HANDSHAKE:
