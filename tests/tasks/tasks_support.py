@@ -4,8 +4,11 @@ requests (the SDK has no task helpers), polling, and the upstreams (our tasks_se
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -97,3 +100,16 @@ async def sdk_raw(client: Client, method: str, params: dict[str, Any], *, extens
         if method.startswith("tasks/"):
             opts.setdefault("headers", {})["mcp-name"] = params["taskId"]
     return await session._dispatcher.send_raw_request(method, data["params"], opts)  # noqa: SLF001
+
+
+def wait_upstream_task_stored(db: Path, task_id: str, timeout: float = 10) -> str:
+    """The upstream task id of a gateway task, once the gateway stored it (its SQLite file)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with contextlib.closing(sqlite3.connect(db)) as conn:
+            row = conn.execute("SELECT upstream_task_id FROM dex_tasks WHERE task_id = ?", (task_id,)).fetchone()
+        if row is not None and row[0]:
+            return str(row[0])
+        assert time.monotonic() < deadline, f"task {task_id}: no upstream task id stored in {timeout} s"
+        time.sleep(0.02)
+

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tests.agent_host.host_support import dex_agent
 from tests.support.gateway import http_upstream, start_gateway, write_config
-from tests.support.servers import read_executions, start_http_server
+from tests.support.servers import read_executions, start_http_server, wait_for_executions
 from tests.tasks.tasks_support import HANDSHAKE, post, result_of
 
 SCRIPT = "scripted:tests.tasks.agent_scripts:research"
@@ -40,7 +40,7 @@ def test_host_resumes_polling_its_task_after_a_restart(tmp_path: Path) -> None:
             try:
                 key, task_id, _ = _host_task(store)
                 assert key == "s-task/turn-1/call_1_0"
-                time.sleep(1.0)  # the task runs (its first status is polled)
+                wait_for_executions(upstream.state_dir, 1, tool="research")  # the task runs upstream
             finally:
                 first.sigkill()
             second = dex_agent("--store", str(store), "resume", "--gateway", gateway.url, "--session", "s-task",

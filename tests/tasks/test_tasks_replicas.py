@@ -21,7 +21,9 @@ import pytest
 
 from tests.support.gateway import http_upstream, start_gateway, stdio_upstream, write_config
 from tests.support.servers import RunningServer, read_executions, start_http_server, wait_for_executions
-from tests.tasks.tasks_support import HANDSHAKE, MODERN, OUTCOME, post, result_of, task_id_of, wait_task
+from tests.tasks.tasks_support import (
+    HANDSHAKE, MODERN, OUTCOME, post, result_of, task_id_of, wait_task, wait_upstream_task_stored,
+)
 
 TOKENS = {"alice": "alice-task-token", "bob": "bob-task-token"}
 
@@ -85,7 +87,7 @@ def test_sigkill_mid_task_stateless_upstream_task_is_taken_over(tmp_path: Path, 
     with start_gateway(config) as gateway:
         task_id = task_id_of(result_of(post(gateway.url, "tools/call", params, key=key)))
         wait_for_executions(upstream.state_dir, 1, key=key)
-        time.sleep(0.3)  # the upstream task id is stored
+        wait_upstream_task_stored(tmp_path / "fences.db", task_id)
         gateway.kill()
         gateway.start()
         done = wait_task(gateway.url, task_id, timeout=30)
