@@ -39,6 +39,16 @@
     return node;
   }
 
+  // A labelled one-line text input: [the label (holding the input), the input].
+  function textField(labelText, maxLength) {
+    const label = el("label", "", labelText);
+    const input = el("input");
+    input.type = "text";
+    input.maxLength = maxLength;
+    label.appendChild(input);
+    return [label, input];
+  }
+
   function showError(message) {
     const box = $("error");
     box.textContent = message || "";
@@ -221,11 +231,8 @@
       card.node.appendChild(el("p", "meta", "tool " + data.tool + " · " + data.effect + " · approval " + data.id));
       card.deadline = el("p", "deadline");
       card.node.appendChild(card.deadline);
-      const label = el("label", "", "Reason (optional)");
-      card.reason = el("input");
-      card.reason.type = "text";
-      card.reason.maxLength = 500;
-      label.appendChild(card.reason);
+      const [label, reason] = textField("Reason (optional)", 500);
+      card.reason = reason;
       card.node.appendChild(label);
       card.buttons = el("div", "row");
       card.buttons.appendChild(button("Allow", "allow", () => decide(data.id, "allow")));
@@ -260,11 +267,8 @@
       for (const choice of data.choices || []) choices.appendChild(button(choice, "choice", () => answer(data.id, choice)));
       card.controls.appendChild(choices);
       if (data.allows_free_text) {
-        const label = el("label", "", "Your answer");
-        card.free = el("input");
-        card.free.type = "text";
-        card.free.maxLength = 4000;
-        label.appendChild(card.free);
+        const [label, free] = textField("Your answer", 4000);
+        card.free = free;
         card.controls.appendChild(label);
         const send = el("button", "", "Answer");
         send.type = "submit";
