@@ -161,8 +161,8 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
 
 
 def _may_see_detail(authenticator: Authenticator, authorization: str | None) -> bool:
-    """Readiness detail (upstream names) only for a caller with a token, when auth is on."""
-    if not authenticator.enabled:
+    """Readiness detail (upstream names) only for a caller with a token, when any is configured."""
+    if not authenticator.config.any_credential:
         return True
     return authenticator.is_admin(authorization) or (
         bool(authenticator.config.tokens) and authenticator.principal(authorization) is not None

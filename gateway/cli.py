@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 
 from .app import create_app
-from .config import GatewayConfig, load_config
+from .config import GatewayConfig, load_config, with_server_overrides
 from .connectors import validate_cli
 from .conventions import check_cli
 from .durations import parse_duration
@@ -116,9 +116,7 @@ def _serve(args: argparse.Namespace) -> int:
     if args.port is not None:
         overrides["port"] = args.port
     if overrides:
-        config = GatewayConfig.model_validate(
-            {**config.model_dump(mode="python"), "server": {**config.server.model_dump(), **overrides}}
-        )
+        config = with_server_overrides(config, "the command line", **overrides)
     if args.replica_id:
         config = config.model_copy(update={"fences": config.fences.model_copy(update={"replica_id": args.replica_id})})
     if args.worker_fd is not None:

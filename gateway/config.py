@@ -58,6 +58,13 @@ class ServerConfig(_Strict):
     # (0: off); a GET stream that has sent nothing for stream_idle_seconds is ended.
     idle_timeout_seconds: float = Field(5.0, gt=0)
     read_timeout_seconds: float = Field(10.0, gt=0)
+    # The request head (request line and headers): at most this many bytes (431 past it), and
+    # whole within header_timeout_seconds of its first byte (408 past it).
+    max_header_bytes: int = Field(64 * 1024, ge=1024)
+    header_timeout_seconds: float = Field(10.0, gt=0)
+    # Open client connections per process; past it a new connection is answered 503 and closed.
+    # None: three quarters of the process's open-file limit at start.
+    max_connections: int | None = Field(None, gt=0)
     tcp_keepalive_seconds: int = Field(30, ge=0)
     stream_idle_seconds: float = Field(300.0, gt=0)
     # SIGTERM: /readyz 503 and new requests refused at once; in-flight requests get this long to
@@ -104,6 +111,13 @@ class AuthConfig(_Strict):
 
     @property
     def enabled(self) -> bool:
+        """Whether `/mcp` callers must authenticate: agent tokens are configured. The admin
+        token guards only the admin routes, so on its own it leaves `/mcp` open (and the
+        gateway then binds to loopback only)."""
+        return bool(self.tokens)
+
+    @property
+    def any_credential(self) -> bool:
         return bool(self.tokens) or self.admin_token_sha256 is not None
 
 
@@ -314,8 +328,8 @@ class GatewayConfig(_Strict):
         if not self.auth.enabled and not is_loopback_host(self.server.host):
             raise _PathedError(
                 ("server", "host"),
-                f"binding to {self.server.host!r} without auth would expose every tool; "
-                "configure auth.tokens or bind to 127.0.0.1",
+                f"binding to {self.server.host!r} without agent tokens would expose every tool to anyone "
+                "(auth.admin_token_sha256 guards only the admin routes); configure auth.tokens or bind to 127.0.0.1",
             )
         return self
 
@@ -362,8 +376,24 @@ def config_from_text(text: str, source: str = "<config>", environ: dict[str, str
     return parse_config(doc, environ)
 
 
+def with_server_overrides(config: GatewayConfig, source: str, **values: Any) -> GatewayConfig:
+    """`config` with `server` keys replaced (`serve --host/--port`), validated like the file."""
+    try:
+        return GatewayConfig.model_validate(
+            {**config.model_dump(mode="python"), "server": {**config.server.model_dump(), **values}})
+    except ValidationError as exc:
+        lines = [f"{source}: {dotted(loc)}: {message}" for loc, message in _errors(exc)]
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(dict.fromkeys(lines))) from None
+
+
 def _describe(exc: ValidationError, doc: SourcedDocument) -> str:
-    lines = []
+    lines = [f"{doc.where(loc)}: {dotted(loc)}: {message}" for loc, message in _errors(exc)]
+    return "invalid configuration:\n  " + "\n  ".join(dict.fromkeys(lines))
+
+
+def _errors(exc: ValidationError) -> list[tuple[tuple[str | int, ...], str]]:
+    """Each error of a validation as (the key's path, what is wrong)."""
+    found: list[tuple[tuple[str | int, ...], str]] = []
     for err in exc.errors():
         loc = _clean_loc(err["loc"])
         ctx_error = (err.get("ctx") or {}).get("error")
@@ -382,8 +412,8 @@ def _describe(exc: ValidationError, doc: SourcedDocument) -> str:
             message = f"missing required key {str(loc[-1])!r}"
         else:
             message = err["msg"].removeprefix("Value error, ")
-        lines.append(f"{doc.where(loc)}: {dotted(loc)}: {message}")
-    return "invalid configuration:\n  " + "\n  ".join(dict.fromkeys(lines))
+        found.append((loc, message))
+    return found
 
 
 def _clean_loc(loc: tuple[Any, ...]) -> tuple[str | int, ...]:

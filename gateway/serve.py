@@ -18,6 +18,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import resource
 import signal
 import socket
 import sys
@@ -29,9 +30,9 @@ from anyio.abc import TaskGroup
 from .app import create_app
 from .config import GatewayConfig
 from .drain import Drain
-from .front.http_protocol import connection_protocol
+from .front.http_protocol import ConnectionLimits, connection_protocol
 
-__all__ = ["serve", "uvicorn_config"]
+__all__ = ["default_max_connections", "serve", "uvicorn_config"]
 
 logger = logging.getLogger("gateway")
 
@@ -57,11 +58,25 @@ def uvicorn_config(config: GatewayConfig) -> uvicorn.Config:
         log_level="warning",
         access_log=False,
         lifespan="on",
-        http=connection_protocol(server.read_timeout_seconds, server.tcp_keepalive_seconds),
+        http=connection_protocol(ConnectionLimits(
+            read_timeout=server.read_timeout_seconds,
+            keepalive_seconds=server.tcp_keepalive_seconds,
+            max_header_bytes=server.max_header_bytes,
+            header_timeout=server.header_timeout_seconds,
+            max_connections=server.max_connections or default_max_connections(),
+        )),
         timeout_keep_alive=max(1, round(server.idle_timeout_seconds)),
         # The drain already waited for the requests; this only bounds closing the connections.
         timeout_graceful_shutdown=5,
     )
+
+
+def default_max_connections() -> int:
+    """Three quarters of the open-file limit: the rest is for upstreams, stores and logs."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 10_000
+    return max(16, soft * 3 // 4)
 
 
 async def serve(config: GatewayConfig, *, sock: socket.socket | None = None, worker: int | None = None) -> None:

@@ -10,7 +10,8 @@
                       parking.py     a handshake-era upstream's questions as input_required rounds
                       events.py      list changes and resource updates to clients; subscriptions/listen
                       sessions.py    live handshake-era sessions: log level, resource subscriptions
-                      event_store.py SSE resumption of the stateful front (Last-Event-ID)
+                      event_store.py SSE resumption of the stateful front (Last-Event-ID), per session
+                      session_manager.py  the SDK's session manager, one event store per session
 
 Both entries (the fast path and the SDK handlers) only parse requests and write responses:
 `tools.py` answers tools/call and tools/list for both, the pipeline (`gateway/calls.py`)
@@ -41,12 +42,12 @@ from ..upstreams.upstream import Upstream
 from .auth import Authenticator, BearerAuth
 from .body_limit import BodyLimit
 from .fastpath import FastPath
-from .event_store import FrontEventStore
 from .events import ClientEvents, ListenStreams
 from .handlers import FrontParts, GatewayServer, build_server
 from .parking import Parking
 from .hosts import HostOriginGuard, HostOriginPolicy
 from .requests import RequestGate
+from .session_manager import GatewaySessionManager
 from .sessions import Sessions
 from .tools import ToolCalls, ToolListing
 from .wire import is_modern
@@ -94,14 +95,14 @@ def build_front(
     trace_sdk_server(server, tracer)  # one front span per request on the SDK path too (or none)
     server_cfg = config.server
     resumable = server_cfg.stateful and server_cfg.sse_event_buffer > 0
-    manager = StreamableHTTPSessionManager(
+    manager = GatewaySessionManager(
         app=server,
         stateless=not server_cfg.stateful,
         json_response=server_cfg.json_response,
         max_request_body_size=server_cfg.max_request_bytes,
-        # Stateful: SSE priming events, retry and replay after Last-Event-ID (the SDK keeps no
-        # event store in stateless mode).
-        event_store=FrontEventStore(server_cfg.sse_event_buffer) if resumable else None,
+        # Stateful: SSE priming events, retry and replay after Last-Event-ID, each session with
+        # its own events (the SDK keeps none in stateless mode).
+        event_buffer=server_cfg.sse_event_buffer if resumable else 0,
         retry_interval=server_cfg.sse_retry_ms if resumable else None,
     )
     endpoint: ASGIApp = StreamableHTTPASGIApp(manager)

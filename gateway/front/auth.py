@@ -2,14 +2,20 @@
 
 Tokens are stored as SHA-256 hex (a leaked config holds no usable token) and compared in
 constant time. Without configured tokens every request is the anonymous principal.
+
+The principal also goes into the scope as the SDK's `user`: the SDK's session manager binds a
+stateful session to the user that opened it, so another principal's request for that session id
+(a POST, a GET stream, a DELETE) is answered 404 as if the session did not exist.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..config import AuthConfig, TokenConfig
@@ -30,6 +36,15 @@ def sha256_hex(token: str) -> str:
 @dataclass(frozen=True)
 class Authenticator:
     config: AuthConfig
+    _users: dict[str, AuthenticatedUser] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        users = {t.principal: _user(t.principal) for t in self.config.tokens}
+        object.__setattr__(self, "_users", users)
+
+    def user(self, principal: str) -> AuthenticatedUser:
+        """The SDK's user for a principal (what a stateful session is bound to)."""
+        return self._users.get(principal) or _user(principal)
 
     @property
     def enabled(self) -> bool:
@@ -62,6 +77,11 @@ class Authenticator:
         return found
 
 
+def _user(principal: str) -> AuthenticatedUser:
+    # No token is kept: the SDK compares only (client_id, issuer, subject).
+    return AuthenticatedUser(AccessToken(token="", client_id=principal, scopes=[], subject=principal))
+
+
 def _bearer(authorization: str | None) -> str | None:
     if not authorization:
         return None
@@ -90,4 +110,6 @@ class BearerAuth:
                 )
                 return
             scope[PRINCIPAL_SCOPE_KEY] = principal
+            if self._auth.config.tokens:
+                scope["user"] = self._auth.user(principal)
         await self._app(scope, receive, send)

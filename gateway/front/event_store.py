@@ -1,10 +1,16 @@
-"""The SSE events of the stateful front, kept so a client can resume a dropped stream.
+"""The SSE events of one stateful session, kept so its client can resume a dropped stream.
 
 With an event store the SDK's handshake-era transport starts every POST's SSE response with a
 priming event (an id, no data, and `retry:`), gives every message an id, and answers a GET with
 `Last-Event-ID` by replaying what the client missed on that stream (SEP-1699). The gateway keeps
 the events in memory, bounded by count and age: a client that comes back later than that starts
 over. Stateless fronts keep none (the SDK's rule): a stateless client sends its request again.
+
+Every session has its own store (`session_manager.py` attaches one to each new session): the
+SDK's stream ids are the JSON-RPC request ids ("1", "7") and "_GET_stream", the same in every
+session, so one store shared by all sessions would replay one session's events into another's
+stream. Event ids start with a random prefix of the session's own, so an id seen in one session
+names nothing in another, and an id this store never handed out replays nothing.
 """
 
 from __future__ import annotations
@@ -22,6 +28,9 @@ __all__ = ["FrontEventStore"]
 
 
 class FrontEventStore(EventStore):
+    """The events of one session, oldest first, at most `max_events` of them and none older
+    than `max_age_seconds`."""
+
     def __init__(self, max_events: int = 10_000, max_age_seconds: float = 300.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._max_events = max_events
@@ -29,7 +38,8 @@ class FrontEventStore(EventStore):
         self._clock = clock
         self._events: OrderedDict[EventId, tuple[StreamId, JSONRPCMessage | None, float]] = OrderedDict()
         self._numbers = itertools.count(1)
-        self._prefix = secrets.token_hex(4)  # ids another process (or an earlier one) handed out are unknown
+        # 96 random bits: an id from another session (or an earlier process) is never one of ours.
+        self._prefix = secrets.token_urlsafe(12)
 
     async def store_event(self, stream_id: StreamId, message: JSONRPCMessage | None) -> EventId:
         now = self._clock()

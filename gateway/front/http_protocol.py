@@ -1,9 +1,22 @@
-"""uvicorn's HTTP/1.1 protocol, answering unreadable requests with a JSON-RPC error body.
+"""uvicorn's HTTP/1.1 protocol with the connection limits a gateway facing the network needs.
 
-A request uvicorn's parser cannot read (a `Content-Length` that is not a number, a broken
-chunked body, an unknown method) never reaches the gateway's ASGI app: uvicorn answers it
-itself with `400 text/plain`. This subclass keeps uvicorn's behaviour (400, close the
-connection) and only gives that answer the same JSON-RPC error body every other refusal has.
+Everything here happens before a request reaches the gateway's ASGI app, on bytes nobody has
+authenticated yet, so every refusal is cheap and closes the connection:
+
+* **Unreadable requests** (a `Content-Length` that is not a number, a broken chunked body, an
+  unknown method): uvicorn's 400, with the JSON-RPC error body every other refusal has.
+* **The request head** (request line and headers) may hold at most `server.max_header_bytes`
+  (431 past that, counted before the parser sees the bytes: httptools joins a header's pieces
+  by copying, so an endless header would otherwise cost quadratic CPU and unbounded memory), and
+  must arrive whole within `server.header_timeout_seconds` of its first byte (of the connection's
+  opening, for a new connection): 408, so a head trickled one byte at a time cannot hold a
+  connection forever.
+* **Idle reads**: a connection that owes bytes of a request and sends none for
+  `server.read_timeout_seconds` is closed (uvicorn waits forever for the first request of a new
+  connection and for the rest of a request cut off mid-body; the app, if it was reading the body,
+  sees a disconnect). TCP keepalive probes find a peer that vanished without a FIN.
+* **Connections per process**: past `server.max_connections` open connections, a new one is
+  answered 503 (with `Retry-After`) and closed before anything of its request is parsed.
 """
 
 from __future__ import annotations
@@ -11,55 +24,61 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+from dataclasses import dataclass
 
 from mcp_types import INVALID_REQUEST
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-__all__ = ["JsonErrorHttpToolsProtocol", "connection_protocol"]
+__all__ = ["ConnectionLimits", "GatewayHttpProtocol", "connection_protocol"]
+
+_HEAD_END = b"\r\n\r\n"
 
 
-class JsonErrorHttpToolsProtocol(HttpToolsProtocol):
-    def send_400_response(self, msg: str) -> None:
-        body = json.dumps(
-            {"jsonrpc": "2.0", "id": None, "error": {"code": INVALID_REQUEST, "message": f"Bad Request: {msg}"}}
-        ).encode()
-        content = [STATUS_LINE[400]]
-        for name, value in self.server_state.default_headers:
-            content.extend([name, b": ", value, b"\r\n"])
-        content.extend(
-            [
-                b"content-type: application/json\r\n",
-                b"content-length: " + str(len(body)).encode("ascii") + b"\r\n",
-                b"connection: close\r\n",
-                b"\r\n",
-                body,
-            ]
-        )
-        self.transport.write(b"".join(content))
-        self.transport.close()
-
-
-class _ConnectionTimeouts(JsonErrorHttpToolsProtocol):
-    """Read timeouts and TCP keepalive on each client connection (values from `connection_protocol`).
-
-    uvicorn closes a keep-alive connection that stays idle after a response (`timeout_keep_alive`),
-    but waits forever for the first request of a new connection and for the rest of a request cut
-    off mid-headers or mid-body. Here a connection that owes bytes of a request and sends none for
-    `read_timeout` seconds is closed (the app, if it was reading the body, sees a disconnect).
-    TCP keepalive probes find a peer that vanished without a FIN (half-open) during a long call.
-    """
-
+@dataclass(frozen=True)
+class ConnectionLimits:
     read_timeout: float = 10.0
     keepalive_seconds: int = 0
+    max_header_bytes: int = 64 * 1024
+    header_timeout: float = 10.0
+    max_connections: int = 1024
+
+
+class GatewayHttpProtocol(HttpToolsProtocol):
+    """One client connection (the class attribute `limits` comes from `connection_protocol`)."""
+
+    limits: ConnectionLimits = ConnectionLimits()
     _read_timer: asyncio.TimerHandle | None = None
+    _head_timer: asyncio.TimerHandle | None = None
+    _in_head: bool = True  # the bytes arriving belong to a request head (or precede one)
+    _head_bytes: int = 0
+    _head_tail: bytes = b""  # the last bytes of the head so far, to find its end across reads
+    _over_capacity: bool = False
+
+    # -- connection ------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        if self.keepalive_seconds:
-            _keepalive(transport.get_extra_info("socket"), self.keepalive_seconds)
+        if len(self.connections) > self.limits.max_connections:
+            self._over_capacity = True  # answered 503 when its first bytes arrive
+        if self.limits.keepalive_seconds:
+            _keepalive(transport.get_extra_info("socket"), self.limits.keepalive_seconds)
         self._arm_read_timer()
+        self._arm_head_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_read_timer()
+        self._cancel_head_timer()
+        super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self._over_capacity:
+            self._refuse(503, "Service Unavailable: the gateway has too many open connections; retry shortly",
+                         [b"retry-after: 1\r\n"])
+            return
+        if self._in_head and not self._count_head(data):
+            self._refuse(431, f"Request Header Fields Too Large: the request head is over "
+                              f"{self.limits.max_header_bytes} bytes (server.max_header_bytes)")
+            return
         super().data_received(data)
         cycle = self.cycle
         if cycle is None or cycle.response_complete or cycle.more_body:
@@ -67,17 +86,63 @@ class _ConnectionTimeouts(JsonErrorHttpToolsProtocol):
         else:
             self._cancel_read_timer()
 
+    # -- parser callbacks ------------------------------------------------------------------
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        self._cancel_head_timer()
+        super().on_headers_complete()
+
     def on_message_complete(self) -> None:
         super().on_message_complete()
         self._cancel_read_timer()
+        self._in_head, self._head_bytes, self._head_tail = True, 0, b""
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._cancel_read_timer()
-        super().connection_lost(exc)
+    def send_400_response(self, msg: str) -> None:
+        self._refuse(400, f"Bad Request: {msg}")
+
+    # -- the head --------------------------------------------------------------------------
+
+    def _count_head(self, data: bytes) -> bool:
+        """Count the head bytes in `data` (up to the blank line that ends the head); False when
+        the head is over the limit."""
+        if self._head_bytes == 0 and self._head_timer is None:
+            self._arm_head_timer()  # the first byte of a new request's head
+        seen = self._head_tail + data
+        end = seen.find(_HEAD_END)
+        if end < 0:
+            self._head_bytes += len(data)
+            self._head_tail = seen[-(len(_HEAD_END) - 1):]
+        else:
+            self._head_bytes += end + len(_HEAD_END) - len(self._head_tail)
+            self._head_tail = b""
+        return self._head_bytes <= self.limits.max_header_bytes
+
+    def _arm_head_timer(self) -> None:
+        self._cancel_head_timer()
+        self._head_timer = self.loop.call_later(self.limits.header_timeout, self._head_timed_out)
+
+    def _cancel_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if not self._in_head or self.transport.is_closing():
+            return
+        if self._head_bytes:
+            self._refuse(408, f"Request Timeout: the request head did not arrive within "
+                              f"{self.limits.header_timeout:g} s (server.header_timeout_seconds)")
+        elif self.cycle is None:
+            self.transport.close()  # a new connection that sent nothing at all
+        # else: idle between requests; uvicorn's keep-alive timer closes it
+
+    # -- idle reads ------------------------------------------------------------------------
 
     def _arm_read_timer(self) -> None:
         self._cancel_read_timer()
-        self._read_timer = self.loop.call_later(self.read_timeout, self._read_timed_out)
+        self._read_timer = self.loop.call_later(self.limits.read_timeout, self._read_timed_out)
 
     def _cancel_read_timer(self) -> None:
         if self._read_timer is not None:
@@ -95,6 +160,27 @@ class _ConnectionTimeouts(JsonErrorHttpToolsProtocol):
         if not self.transport.is_closing():
             self.transport.close()
 
+    # -- refusals --------------------------------------------------------------------------
+
+    def _refuse(self, status: int, message: str, extra: list[bytes] | None = None) -> None:
+        """Answer `status` with a JSON-RPC error body and close the connection."""
+        if self.transport.is_closing():
+            return
+        body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": INVALID_REQUEST, "message": message}}).encode()
+        content = [STATUS_LINE[status]]
+        for name, value in self.server_state.default_headers:
+            content.extend([name, b": ", value, b"\r\n"])
+        content.extend([
+            b"content-type: application/json\r\n",
+            b"content-length: " + str(len(body)).encode("ascii") + b"\r\n",
+            *(extra or []),
+            b"connection: close\r\n",
+            b"\r\n",
+            body,
+        ])
+        self.transport.write(b"".join(content))
+        self.transport.close()
+
 
 def _keepalive(sock: socket.socket | None, seconds: int) -> None:
     if sock is None:
@@ -109,9 +195,6 @@ def _keepalive(sock: socket.socket | None, seconds: int) -> None:
         pass  # not a TCP socket (a Unix socket): nothing to probe
 
 
-def connection_protocol(read_timeout: float, keepalive_seconds: int) -> type[JsonErrorHttpToolsProtocol]:
-    """uvicorn's `http=` class for these timeouts."""
-    return type(
-        "GatewayHttpProtocol", (_ConnectionTimeouts,),
-        {"read_timeout": read_timeout, "keepalive_seconds": keepalive_seconds},
-    )
+def connection_protocol(limits: ConnectionLimits) -> type[GatewayHttpProtocol]:
+    """uvicorn's `http=` class for these limits."""
+    return type("GatewayHttpProtocol", (GatewayHttpProtocol,), {"limits": limits})

@@ -6,7 +6,6 @@ the client's GET with `Last-Event-ID` gets the answer."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -15,26 +14,11 @@ import pytest
 
 from tests.interop.support import gateway_for, reference_http
 from tests.support.gateway import http_upstream
+from tests.support.sse import sse_events as events
 
 pytestmark = pytest.mark.timeout(60)
 
 HANDSHAKE = "2025-11-25"
-
-
-def events(text: str) -> list[dict[str, str]]:
-    """The SSE events of a body: their fields (data lines joined)."""
-    found = []
-    for block in re.split(r"\r\n\r\n|\n\n", text):
-        fields: dict[str, str] = {}
-        for line in re.split(r"\r\n|\n", block):
-            if not line or line.startswith(":"):
-                continue
-            name, _, value = line.partition(":")
-            value = value.removeprefix(" ")
-            fields[name] = fields[name] + "\n" + value if name in fields and name == "data" else value
-        if fields:
-            found.append(fields)
-    return found
 
 
 def test_a_paused_upstream_stream_is_resumed_by_the_client(tmp_path: Path) -> None:

@@ -1,0 +1,40 @@
+"""The SDK internals the gateway relies on, checked so that an SDK upgrade that moves them fails here,
+loudly, instead of silently turning a security rule off (gateway/front/session_manager.py)."""
+
+from __future__ import annotations
+
+import inspect
+
+from mcp.server.streamable_http import StreamableHTTPServerTransport
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
+from gateway.front.event_store import FrontEventStore
+from gateway.front.session_manager import GatewaySessionManager
+
+
+def test_the_manager_still_admits_sessions_through_admit_session() -> None:
+    admit = getattr(StreamableHTTPSessionManager, "_admit_session", None)
+    assert callable(admit), "StreamableHTTPSessionManager._admit_session is gone: per-session event stores are off"
+    assert list(inspect.signature(admit).parameters) == ["self", "requestor"]
+    # ... and the manager's request path calls it.
+    assert "_admit_session(" in inspect.getsource(StreamableHTTPSessionManager._handle_stateful_request)
+
+
+def test_the_transport_still_reads_its_event_store_from_event_store() -> None:
+    source = inspect.getsource(StreamableHTTPServerTransport)
+    assert "self._event_store = event_store" in source
+    assert "self._event_store.store_event(" in source
+    assert "event_store = self._event_store" in source  # the replay
+
+
+def test_each_admitted_session_gets_a_store_of_its_own() -> None:
+    from mcp.server.lowlevel import Server
+
+    manager = GatewaySessionManager(app=Server("t"), stateless=False, event_buffer=10)
+    first = manager._admit_session(None)
+    second = manager._admit_session(None)
+    assert first is not None and second is not None
+    assert isinstance(first._event_store, FrontEventStore) and isinstance(second._event_store, FrontEventStore)
+    assert first._event_store is not second._event_store
+    none = GatewaySessionManager(app=Server("t"), stateless=False, event_buffer=0)._admit_session(None)
+    assert none is not None and none._event_store is None
