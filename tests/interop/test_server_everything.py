@@ -113,4 +113,6 @@ async def test_upstream_questions_reach_a_2026_client_as_input_required_rounds(t
             sampled = await modern.call_tool("trigger-sampling-request", {"prompt": "Say hi", "maxTokens": 20})
         assert "Name: Ada" in text_of(elicited), text_of(elicited)
         assert "sampled" in text_of(sampled), text_of(sampled)
-        assert recorder.asked == ["elicitation/create", "sampling/createMessage"]
+        # server-everything also asks roots/list once on its own after it starts (its own timing, not
+        # the tools'); when that lands while a call is open it is a question of that call too.
+        assert [m for m in recorder.asked if m != "roots/list"] == ["elicitation/create", "sampling/createMessage"]
