@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import anyio
 import httpx
@@ -22,6 +23,7 @@ from gateway.connectors import (
 from gateway.connectors.admin_api import admin_routes
 from gateway.connectors.bindings import BindingPolicy
 from tests.support.postgres import fresh_schema, schema_url
+from tests.support.sockets import established_to
 
 BILLING_TEXT = (REPO_ROOT / "examples/connectors/billing/connector.yaml").read_text()
 TICKETS_TEXT = (REPO_ROOT / "examples/connectors/tickets/connector.yaml").read_text()
@@ -220,8 +222,11 @@ async def test_registered_tool_calls_the_service(fresh_service: ExampleService) 
         await registry.add(BILLING_TEXT, "billing.yaml", {"type": "http", "base_url": f"{fresh_service.base}/billing"})
         tool = registry.tool("billing_get_invoice")
         assert tool is not None
-        for _ in range(3):  # the registry's pooled client, reused
+        port = urlsplit(fresh_service.base).port
+        assert port is not None
+        for _ in range(3):  # the registry's pooled client, reused: one connection for all three calls
             answer = await tool.call({"invoice_id": "inv-1003"}, idempotency_key=None, fence_id=None, takeover=False)
             assert '"customer":"Grace Hopper"' in answer.text
+            assert established_to(port) == 1
 
 

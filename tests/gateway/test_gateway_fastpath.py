@@ -1,4 +1,4 @@
-"""The stateless tools/call fast path (gateway/fastpath.py) on the wire: JSON when nothing needs
+"""The stateless tools/call fast path (gateway/front/fastpath.py) on the wire: JSON when nothing needs
 streaming, SSE once a progress notification comes, the same answers as the SDK path, and every
 other request still handled by the SDK."""
 

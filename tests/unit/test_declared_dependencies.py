@@ -37,24 +37,14 @@ def _normal(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _closure() -> set[str]:
-    """The project's own requirements and theirs, without optional extras."""
-    seen: set[str] = set()
-    todo = [PROJECT]
-    while todo:
-        dist = todo.pop()
-        if dist in seen:
-            continue
-        seen.add(dist)
-        try:
-            requirements = metadata.requires(dist) or []
-        except metadata.PackageNotFoundError:
-            continue  # a platform-specific requirement that is not installed here
-        for requirement in requirements:
-            name, always = _name(requirement)
-            if always and name not in seen:
-                todo.append(name)
-    return seen
+def _direct() -> set[str]:
+    """The distributions the project's main requirement list names (extras not included)."""
+    direct = set()
+    for requirement in metadata.requires(PROJECT) or []:
+        name, always = _name(requirement)
+        if always:
+            direct.add(name)
+    return direct
 
 
 def _imports() -> dict[str, str]:
@@ -75,18 +65,37 @@ def _imports() -> dict[str, str]:
     return found
 
 
-def test_every_import_is_provided_by_a_declared_requirement() -> None:
-    closure = _closure()
-    assert PROJECT in closure and len(closure) > 10, "the project itself is not installed (pip install -e .)"
+def test_every_import_is_declared_directly() -> None:
+    """An import may not ride on another library's requirement: `httpx2` once came only through `mcp`."""
+    direct = _direct()
+    assert len(direct) > 10, "the project itself is not installed (pip install -e .)"
     providers = metadata.packages_distributions()
     missing = []
     for module, where in sorted(_imports().items()):
         if module in sys.stdlib_module_names or module in FIRST_PARTY or module in OPTIONAL or module == "__future__":
             continue
         dists = {_normal(d) for d in providers.get(module, [])}
-        if not dists & closure:
+        if not dists & direct:
             missing.append(f"{module} (imported at {where}; installed by: {sorted(dists) or 'nothing'})")
-    assert not missing, "imported but not brought in by pyproject.toml's dependencies:\n" + "\n".join(missing)
+    assert not missing, "imported but not declared in pyproject.toml's dependencies:\n" + "\n".join(missing)
+
+
+# Declared for what they do without being imported by name: uvicorn loads the first two when
+# asked for `loop="uvloop"` / `http="httptools"`; the OTLP exporter is loaded by the
+# OpenTelemetry SDK's entry points when OTEL_TRACES_EXPORTER=otlp.
+USED_WITHOUT_IMPORT = {"uvloop", "httptools", "opentelemetry-exporter-otlp-proto-http"}
+
+
+def test_every_declared_requirement_is_used() -> None:
+    """The other direction: a requirement nothing imports is weight every install carries."""
+    providers = metadata.packages_distributions()
+    imported = {
+        _normal(dist)
+        for module in _imports()
+        for dist in providers.get(module, [])
+    }
+    unused = sorted(_direct() - imported - USED_WITHOUT_IMPORT)
+    assert not unused, f"declared in pyproject.toml but imported nowhere in gateway/ or agent_host/: {unused}"
 
 
 def test_the_optional_imports_are_declared_as_extras() -> None:
