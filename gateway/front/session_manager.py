@@ -15,6 +15,7 @@ from mcp.server.auth.middleware.bearer_auth import AuthorizationContext
 from mcp.server.streamable_http import StreamableHTTPServerTransport
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
+from ..internals import admit_session, set_event_store
 from .event_store import FrontEventStore
 
 __all__ = ["GatewaySessionManager"]
@@ -30,7 +31,7 @@ class GatewaySessionManager(StreamableHTTPSessionManager):
         self._event_buffer = event_buffer if not self.stateless else 0
 
     def _admit_session(self, requestor: AuthorizationContext | None) -> StreamableHTTPServerTransport | None:
-        transport = super()._admit_session(requestor)
+        transport = admit_session(self, requestor)
         if transport is not None and self._event_buffer > 0:
-            transport._event_store = FrontEventStore(self._event_buffer)
+            set_event_store(transport, FrontEventStore(self._event_buffer))
         return transport

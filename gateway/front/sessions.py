@@ -25,6 +25,8 @@ from typing import Any
 
 from mcp.server import ServerRequestContext
 
+from ..internals import session_connection
+
 __all__ = ["LOG_LEVELS", "Sessions", "level_allows"]
 
 logger = logging.getLogger(__name__)
@@ -70,8 +72,7 @@ class Sessions:
         self._state(ctx)
 
     def _state(self, ctx: ServerRequestContext[Any]) -> _State | None:
-        # The SDK (2.3) exposes the connection only as ServerSession._connection.
-        connection = getattr(ctx.session, "_connection", None)
+        connection = session_connection(ctx.session)
         if connection is None or not getattr(connection, "has_standalone_channel", False):
             return None  # a stateless request, or a 2026-07-28 one: nothing outlives it
         state = self._states.get(connection)

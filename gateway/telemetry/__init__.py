@@ -110,16 +110,17 @@ def _provider(config: TelemetryConfig, env: Mapping[str, str], exporters: list[s
     from opentelemetry.sdk.resources import OTELResourceDetector, Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
-    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased, _get_from_env_or_default
+    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
     from ..front import VERSION
+    from ..internals import sampler_from_environment
 
     attributes = {"service.name": config.service_name, "service.version": VERSION}
     if instance_id:
         attributes["service.instance.id"] = instance_id
     # OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES win over the config file.
     resource = Resource.create(attributes).merge(OTELResourceDetector().detect())
-    sampler = _get_from_env_or_default() if env.get("OTEL_TRACES_SAMPLER") else ParentBased(TraceIdRatioBased(config.sample_ratio))
+    sampler = sampler_from_environment() if env.get("OTEL_TRACES_SAMPLER") else ParentBased(TraceIdRatioBased(config.sample_ratio))
     provider = TracerProvider(resource=resource, sampler=sampler)
     for name in exporters:
         if name == "console":

@@ -14,12 +14,12 @@ from __future__ import annotations
 from typing import Any
 
 from mcp.server import Server, ServerRequestContext
-from mcp.server._otel import OpenTelemetryMiddleware
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
 from opentelemetry.trace import Tracer
 from pydantic import ValidationError
 
+from ..internals import replace_sdk_tracing
 from .tracing import front_span
 
 __all__ = ["FrontSpans", "trace_sdk_server"]
@@ -59,5 +59,4 @@ class FrontSpans:
 
 def trace_sdk_server(server: Server[Any], tracer: Tracer | None) -> None:
     """Put `FrontSpans` where the SDK's OpenTelemetry middleware is (or drop it: no tracer)."""
-    kept = [m for m in server.middleware if not isinstance(m, OpenTelemetryMiddleware)]
-    server.middleware[:] = ([FrontSpans(tracer)] if tracer is not None else []) + kept
+    replace_sdk_tracing(server, [FrontSpans(tracer)] if tracer is not None else [])

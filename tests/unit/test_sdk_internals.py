@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import inspect
 
+import pytest
+
 from mcp.server.streamable_http import StreamableHTTPServerTransport
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
@@ -38,3 +40,34 @@ def test_each_admitted_session_gets_a_store_of_its_own() -> None:
     assert first._event_store is not second._event_store
     none = GatewaySessionManager(app=Server("t"), stateless=False, event_buffer=0)._admit_session(None)
     assert none is not None and none._event_store is None
+
+
+def test_the_sdk_server_still_carries_its_otel_middleware_in_a_list() -> None:
+    from mcp.server._otel import OpenTelemetryMiddleware
+    from mcp.server.lowlevel import Server
+
+    from gateway.internals import replace_sdk_tracing
+
+    server = Server("t")
+    assert any(isinstance(m, OpenTelemetryMiddleware) for m in server.middleware), "the SDK no longer adds its span"
+
+    def mine(*_: object) -> None: ...
+
+    replace_sdk_tracing(server, [mine])
+    assert server.middleware[0] is mine
+    assert not any(isinstance(m, OpenTelemetryMiddleware) for m in server.middleware)
+
+
+def test_a_server_session_still_keeps_its_connection_as_connection() -> None:
+    from mcp.server.session import ServerSession
+
+    assert "self._connection" in inspect.getsource(ServerSession), "ServerSession._connection moved: per-session state is off"
+
+
+def test_opentelemetry_still_reads_the_sampler_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+
+    from gateway.internals import sampler_from_environment
+
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "always_off")
+    assert sampler_from_environment() is ALWAYS_OFF

@@ -1,0 +1,66 @@
+"""Every reach into a library's private API, in one place.
+
+The gateway needs a few things its libraries do not publish. Each is wrapped here, named for what
+it does, so the rest of the code calls a function of ours and an upgrade that moves an internal
+breaks one module and one test (`tests/unit/test_sdk_internals.py`), loudly, not a rule
+somewhere else silently:
+
+* the MCP SDK's OpenTelemetry middleware class (`mcp.server._otel`) and the low-level server's
+  `middleware` list, edited in place to put the gateway's own front span where the SDK's was;
+* a server session's connection (`ServerSession._connection`), the only handle on "this
+  stateful session" that lives as long as the session;
+* the session manager's admission of a new stateful session (`_admit_session`) and the transport's
+  SSE event store (`_event_store`): `front/session_manager.py`;
+* OpenTelemetry's sampler chosen by `OTEL_TRACES_SAMPLER` (`_get_from_env_or_default`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mcp.server import Server
+    from mcp.server.auth.middleware.bearer_auth import AuthorizationContext
+    from mcp.server.streamable_http import EventStore, StreamableHTTPServerTransport
+    from opentelemetry.sdk.trace.sampling import Sampler
+
+__all__ = [
+    "admit_session",
+    "replace_sdk_tracing",
+    "sampler_from_environment",
+    "session_connection",
+    "set_event_store",
+]
+
+
+def replace_sdk_tracing(server: Server[Any], replacement: Sequence[Callable[..., Any]]) -> None:
+    """Drop the SDK's own OpenTelemetry middleware from `server` and put `replacement` first."""
+    from mcp.server._otel import OpenTelemetryMiddleware
+
+    kept = [m for m in server.middleware if not isinstance(m, OpenTelemetryMiddleware)]
+    server.middleware[:] = [*replacement, *kept]
+
+
+def session_connection(session: object) -> Any | None:
+    """The connection object of a server session (one per stateful session), or None."""
+    return getattr(session, "_connection", None)
+
+
+def admit_session(manager: Any, requestor: AuthorizationContext | None) -> StreamableHTTPServerTransport | None:
+    """The SDK manager's own admission of a new stateful session (call from an override)."""
+    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
+    return StreamableHTTPSessionManager._admit_session(manager, requestor)
+
+
+def set_event_store(transport: StreamableHTTPServerTransport, store: EventStore) -> None:
+    """Give one session's transport its own SSE event store (the SDK shares one by default)."""
+    transport._event_store = store
+
+
+def sampler_from_environment() -> Sampler:
+    """The sampler `OTEL_TRACES_SAMPLER` / `OTEL_TRACES_SAMPLER_ARG` name, as the SDK reads them."""
+    from opentelemetry.sdk.trace.sampling import _get_from_env_or_default
+
+    return _get_from_env_or_default()
