@@ -29,13 +29,14 @@ from .connectors.admin_api import admin_routes
 from .database import Database, opened
 from .drain import Drain
 from .fences import Fences, FenceStore, Owner, open_fence_store
-from .front import SERVER_INFO, Authenticator, ClientEvents, Parking, Sessions, build_front
+from .front import Authenticator, ClientEvents, Parking, Sessions, build_front
 from .front.auth import BearerAuth
 from .front.events import ListenStreams
 from .front.hosts import HostOriginGuard, HostOriginPolicy
 from .media.runtime import Media, open_media
 from .media.serving import MediaEndpoint
 from .operations import Operations
+from .protocol import SERVER_INFO
 from .scope import PrincipalScope
 from .subscriptions import ResourceWatch
 from .tasks import ObservedTaskStore, TaskRecord, Tasks

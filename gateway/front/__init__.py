@@ -33,6 +33,7 @@ from ..catalog import Catalog
 from ..config import GatewayConfig
 from ..media.serving import MediaReader
 from ..passthrough import Passthrough
+from ..protocol import SERVER_INFO
 from ..scope import PrincipalScope
 from ..subscriptions import ResourceWatch
 from ..tasks import Tasks
@@ -54,8 +55,6 @@ from .wire import is_modern
 
 __all__ = ["Authenticator", "ClientEvents", "Front", "HostOriginPolicy", "Parking", "Sessions", "build_front"]
 
-VERSION = "0.1.0"
-SERVER_INFO: Mapping[str, Any] = MappingProxyType({"name": "dex-mcp-gateway", "version": VERSION})
 
 
 @dataclass
@@ -90,7 +89,7 @@ def build_front(
     listen = ListenStreams(events, watch, scope)
     parts = FrontParts(catalog, passthrough, tool_calls, listing, events.sessions, watch, listen, dict(server_info), tasks,
                        parking)
-    server = build_server(parts, version=VERSION)
+    server = build_server(parts)
     tracer = telemetry.tracer if telemetry is not None else None
     trace_sdk_server(server, tracer)  # one front span per request on the SDK path too (or none)
     server_cfg = config.server

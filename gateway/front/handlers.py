@@ -27,6 +27,7 @@ from ..catalog import Catalog
 from ..errors import RequestError
 from ..passthrough import Passthrough
 from ..principals import ANONYMOUS, PRINCIPAL_SCOPE_KEY
+from ..protocol import GATEWAY_NAME, GATEWAY_VERSION
 from ..subscriptions import ResourceWatch
 from ..tasks import Tasks
 from ..tasks.wire import TASKS_EXTENSION
@@ -91,14 +92,14 @@ class FrontParts:
     parking: Parking | None = None
 
 
-def build_server(parts: FrontParts, *, version: str) -> GatewayServer:
+def build_server(parts: FrontParts) -> GatewayServer:
     handlers = _Handlers(parts)
     with warnings.catch_warnings():
         # logging/setLevel is deprecated at 2026-07-28, and still what handshake-era clients use.
         warnings.simplefilter("ignore", MCPDeprecationWarning)
         server = GatewayServer(
-            "dex-mcp-gateway",
-            version=version,
+            GATEWAY_NAME,
+            version=GATEWAY_VERSION,
             instructions=INSTRUCTIONS,
             # Registered so the capabilities say so; the middleware answers these four methods.
             on_list_tools=handlers.unreachable,

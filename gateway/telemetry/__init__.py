@@ -112,10 +112,10 @@ def _provider(config: TelemetryConfig, env: Mapping[str, str], exporters: list[s
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
     from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
-    from ..front import VERSION
     from ..internals import sampler_from_environment
+    from ..protocol import GATEWAY_VERSION
 
-    attributes = {"service.name": config.service_name, "service.version": VERSION}
+    attributes = {"service.name": config.service_name, "service.version": GATEWAY_VERSION}
     if instance_id:
         attributes["service.instance.id"] = instance_id
     # OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES win over the config file.

@@ -19,11 +19,11 @@ from mcp_types import (
 )
 
 from ..errors import UpstreamInterrupted, UpstreamRpcError
+from ..protocol import CLIENT_INFO
 from ..relay import CallRelay, RelayRefused
 
 HANDSHAKE_VERSION = "2025-11-25"
 MODERN_VERSION = "2026-07-28"
-CLIENT_INFO = {"name": "dex-mcp-gateway", "version": "0.1.0"}
 
 # What the gateway tells an upstream it can do: server-to-client requests made during a call
 # are relayed to the calling client (or refused at once when it cannot answer them).
