@@ -21,18 +21,20 @@ from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from .call_telemetry import CallTelemetry
 from .calls import CallPipeline
 from .catalog import Catalog
 from .config import GatewayConfig
 from .connectors import ConnectorRegistry
 from .connectors.admin_api import admin_routes
+from .connectors.bindings.policy import BindingPolicy
 from .database import Database, opened
 from .drain import Drain
 from .fences import Fences, FenceStore, Owner, open_fence_store
 from .front import Authenticator, ClientEvents, Parking, Sessions, build_front
-from .front.auth import BearerAuth
+from .http.auth import BearerAuth
 from .front.events import ListenStreams
-from .front.hosts import HostOriginGuard, HostOriginPolicy
+from .http.hosts import HostOriginGuard, HostOriginPolicy
 from .media.runtime import Media, open_media
 from .media.serving import MediaEndpoint
 from .operations import Operations
@@ -92,7 +94,7 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
     ops = Operations.from_config(config, drain=drain, telemetry=telemetry, instance_id=replica_id_for(config))
     # Registrations live in the fence store's database, so every replica sees the same set.
     database = Database(config.fences.store)  # one pool (PostgreSQL) for fences and registrations
-    connectors = ConnectorRegistry(database, policy=config.connectors.binding_policy())
+    connectors = ConnectorRegistry(database, policy=BindingPolicy.from_config(config.connectors))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -245,7 +247,7 @@ async def _build_runtime(
     scope = PrincipalScope(config.auth)
     pipeline = CallPipeline(
         catalog, upstreams, fences, scope, max_result_bytes=config.server.max_result_bytes, media=media.stage,
-        upstream_tasks=task_requests(config.tasks), telemetry=ops.telemetry.calls, limits=ops.limits,
+        upstream_tasks=task_requests(config.tasks), telemetry=CallTelemetry.of(ops.telemetry), limits=ops.limits,
     )
     tasks = start_tasks(config.tasks, task_store, tg, pipeline=pipeline, catalog=catalog, scope=scope, fences=fences,
                         upstreams=upstreams, server_info=SERVER_INFO)

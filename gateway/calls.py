@@ -55,11 +55,11 @@ from .relay import CallRelay
 from .scope import PrincipalScope
 from .upstreams.input_rounds import ROUND_KEYS, InputNotProvided, answer_rounds, not_provided_text
 from .upstreams.results import InvalidResult, answer_from_result
-from .telemetry.calls import NO_CALL_TELEMETRY, CallTelemetry
+from .call_telemetry import NO_CALL_TELEMETRY, CallTelemetry
 from .upstreams.upstream import Upstream, resend_delay
 
 if TYPE_CHECKING:
-    from .tasks.sink import UpstreamTaskSink
+    from .task_sink import UpstreamTaskSink
 
 logger = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -16,10 +16,10 @@ from .conventions.keys import Effect
 from .config_ops import RateConfig, RateLimitsConfig, TelemetryConfig
 from .env_overrides import apply_env_overrides
 from .errors import ConfigError
+from .grants import check_env_name, check_module_prefix, parse_host_entry
+from .media_store_urls import parse_media_store_url
 from .yamlsource import SourceError, SourcedDocument, dotted, expand_env, load_file, load_yaml
 
-if TYPE_CHECKING:
-    from .connectors.bindings.policy import BindingPolicy
 
 DEFAULT_CONFIG_PATH = "config/gateway.yaml"
 CONFIG_ENV_VAR = "DEX_GATEWAY_CONFIG"
@@ -51,7 +51,7 @@ class ServerConfig(_Strict):
     # (milliseconds) a client waits before it reconnects.
     sse_event_buffer: int = Field(10_000, ge=0)
     sse_retry_ms: int = Field(1000, ge=0)
-    # Connections (gateway/front/http_protocol.py, gateway/front/streams.py): an idle keep-alive
+    # Connections (gateway/http/uvicorn_protocol.py, gateway/http/streams.py): an idle keep-alive
     # connection is closed after idle_timeout_seconds; a connection that sends no byte of an
     # incomplete request (a new connection, headers or a body cut off) for read_timeout_seconds is
     # closed; TCP keepalive probes find a vanished peer (half-open) in about 2 x this many seconds
@@ -189,21 +189,7 @@ class HttpUpstreamConfig(_UpstreamBase):
 UpstreamConfig = Annotated[StdioUpstreamConfig | HttpUpstreamConfig, Field(discriminator="transport")]
 
 
-def _module_prefix(value: str) -> str:
-    from .connectors.bindings.policy import check_module_prefix  # here: parsing a config must not load the connector package
-
-    return check_module_prefix(value)
-
-
-def _env_name(value: str) -> str:
-    from .connectors.bindings.policy import check_env_name
-
-    return check_env_name(value)
-
-
 def _host_entry(value: str) -> str:
-    from .connectors.bindings.policy import parse_host_entry
-
     parse_host_entry(value)
     return value.strip()
 
@@ -216,18 +202,12 @@ class ConnectorsConfig(_Strict):
 
     dir: str | None = None
     # Module prefixes whose callables admin-API Python bindings may name (`a.b`: `a.b`, `a.b.c`).
-    python_modules: list[Annotated[str, AfterValidator(_module_prefix)]] = Field(default_factory=list)
+    python_modules: list[Annotated[str, AfterValidator(check_module_prefix)]] = Field(default_factory=list)
     # Environment variables admin-API HTTP bindings may send as their credential.
-    credential_env: list[Annotated[str, AfterValidator(_env_name)]] = Field(default_factory=list)
+    credential_env: list[Annotated[str, AfterValidator(check_env_name)]] = Field(default_factory=list)
     # Hosts (`name`, `name:port`), addresses (`10.0.0.5`, `[::1]:9100`) and networks (`10.0.0.0/8`)
     # admin-API HTTP bindings may reach.
     allowed_hosts: list[Annotated[str, AfterValidator(_host_entry)]] = Field(default_factory=list)
-
-    def binding_policy(self) -> BindingPolicy:
-        """The registry's policy (`ConnectorRegistry(..., policy=config.connectors.binding_policy())`)."""
-        from .connectors.bindings.policy import BindingPolicy
-
-        return BindingPolicy.of(self.python_modules, self.credential_env, self.allowed_hosts)
 
 
 class FencesConfig(_Strict):
@@ -263,9 +243,7 @@ class MediaConfig(_Strict):
     @classmethod
     def _store_url(cls, v: str | None) -> str | None:
         if v is not None:
-            from .media.store_urls import parse_media_store_url  # parsing only; no store is touched
-
-            parse_media_store_url(v)
+            parse_media_store_url(v)  # parsing only; no store is touched
         return v
 
 

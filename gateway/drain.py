@@ -20,7 +20,7 @@ from typing import Protocol
 import anyio
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .front.asgi import refuse
+from .http.asgi import refuse
 
 __all__ = ["DRAINING", "Drain", "DrainGate"]
 
@@ -31,7 +31,7 @@ DRAINING = -32030
 
 
 class Streams(Protocol):
-    """Long-lived responses a drain ends (GET streams: front/streams.py; listen streams: front/events.py)."""
+    """Long-lived responses a drain ends (GET streams: http/streams.py; listen streams: front/events.py)."""
 
     def close_all(self) -> None: ...
 

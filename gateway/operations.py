@@ -20,12 +20,12 @@ from starlette.types import ASGIApp
 
 from .config import GatewayConfig
 from .drain import Drain, DrainGate
-from .front.auth import Authenticator
-from .front.hosts import HostOriginPolicy
-from .front.streams import IdleStreams
+from .http.auth import Authenticator
+from .http.hosts import HostOriginPolicy
+from .http.streams import IdleStreams
 from .ratelimits import RateLimits
 from .telemetry import Telemetry, UpstreamState
-from .telemetry.endpoint import metrics_endpoint
+from .http.metrics import metrics_endpoint
 from .upstreams.listing import ListingCache
 
 __all__ = ["Operations"]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from importlib import metadata
-from types import MappingProxyType
 from typing import Any
 
 __all__ = ["CLIENT_INFO", "GATEWAY_NAME", "GATEWAY_VERSION", "SERVER_INFO"]
@@ -24,5 +23,6 @@ def _installed_version() -> str:
 
 
 GATEWAY_VERSION = _installed_version()
-SERVER_INFO: Mapping[str, Any] = MappingProxyType({"name": GATEWAY_NAME, "version": GATEWAY_VERSION})
-CLIENT_INFO: Mapping[str, Any] = MappingProxyType({"name": GATEWAY_NAME, "version": GATEWAY_VERSION})
+# Plain dicts (JSON encoders take them as they are), typed read-only.
+SERVER_INFO: Mapping[str, Any] = {"name": GATEWAY_NAME, "version": GATEWAY_VERSION}
+CLIENT_INFO: Mapping[str, Any] = {"name": GATEWAY_NAME, "version": GATEWAY_VERSION}

@@ -30,7 +30,7 @@ from anyio.abc import TaskGroup
 from .app import create_app
 from .config import GatewayConfig
 from .drain import Drain
-from .front.http_protocol import ConnectionLimits, connection_protocol
+from .http.uvicorn_protocol import ConnectionLimits, connection_protocol
 
 __all__ = ["default_max_connections", "serve", "uvicorn_config"]
 

@@ -40,13 +40,13 @@ from ..tasks import Tasks
 from ..telemetry import Telemetry
 from ..telemetry.sdk import trace_sdk_server
 from ..upstreams.upstream import Upstream
-from .auth import Authenticator, BearerAuth
-from .body_limit import BodyLimit
+from ..http.auth import Authenticator, BearerAuth
+from ..http.body_limit import BodyLimit
 from .fastpath import FastPath
 from .events import ClientEvents, ListenStreams
 from .handlers import FrontParts, GatewayServer, build_server
 from .parking import Parking
-from .hosts import HostOriginGuard, HostOriginPolicy
+from ..http.hosts import HostOriginGuard, HostOriginPolicy
 from .requests import RequestGate
 from .session_manager import GatewaySessionManager
 from .sessions import Sessions

@@ -40,7 +40,7 @@ from ..catalog import Catalog
 from ..errors import RequestError
 from ..telemetry.tracing import NO_FRONT_SPAN, FrontSpan, front_span, trace_headers
 from ..principals import ANONYMOUS, PRINCIPAL_SCOPE_KEY
-from .asgi import read_body, replay_body
+from ..http.asgi import read_body, replay_body
 from .relays import StreamRelay
 from .requests import PARSED_MESSAGE
 from .tools import ToolCalls, ToolListing, parse_tool_call

@@ -35,7 +35,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .asgi import header, read_body, refuse, replay_body
+from ..http.asgi import header, read_body, refuse, replay_body
 
 __all__ = ["PARSED_MESSAGE", "RequestGate"]
 

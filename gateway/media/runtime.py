@@ -16,7 +16,7 @@ from ..errors import MediaStoreError
 from .grants import open_grant_store
 from .serving import MediaReader
 from .stage import MediaStage
-from .store_urls import parse_media_store_url
+from ..media_store_urls import parse_media_store_url
 from .stores import media_store
 from .validation import ImageRules
 

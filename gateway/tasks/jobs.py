@@ -19,7 +19,7 @@ from anyio.abc import TaskGroup
 from ..conventions.answers import Answer
 from ..fences.records import Owner
 from .records import TaskRecord, TaskStatus
-from .sink import UpstreamTaskSink
+from ..task_sink import UpstreamTaskSink
 from .store import TaskStore
 from .transitions import change, finish, lose
 

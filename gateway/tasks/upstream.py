@@ -31,7 +31,7 @@ from ..errors import UpstreamError, UpstreamRpcError
 from ..relay import CallRelay, RelayRefused
 from ..upstreams.upstream import Upstream
 from .polling import next_interval
-from .sink import UpstreamTaskSink
+from ..task_sink import UpstreamTaskSink
 from .wire import declaring_tasks, is_modern
 
 __all__ = ["UpstreamTaskCall", "lost_result"]

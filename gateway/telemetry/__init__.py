@@ -18,14 +18,12 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
-from functools import cached_property
 
 from opentelemetry import trace
 from opentelemetry.trace import Tracer
 
 from ..config import TelemetryConfig
 from ..errors import ConfigError
-from .calls import NO_CALL_TELEMETRY, CallTelemetry
 from .metrics import CONTENT_TYPE, GatewayMetrics, UpstreamState
 from .tracing import FrontSpan, NO_FRONT_SPAN, front_span
 
@@ -34,7 +32,7 @@ if TYPE_CHECKING:  # the SDK is imported only when tracing is on
     from opentelemetry.sdk.trace.export import SpanExporter
 
 __all__ = [
-    "CONTENT_TYPE", "CallTelemetry", "FrontSpan", "GatewayMetrics", "NO_CALL_TELEMETRY", "NO_FRONT_SPAN",
+    "CONTENT_TYPE", "FrontSpan", "GatewayMetrics", "NO_FRONT_SPAN",
     "Telemetry", "UpstreamState", "front_span",
 ]
 
@@ -71,12 +69,6 @@ class Telemetry:
     def with_tracer_provider(cls, provider: trace.TracerProvider, *, metrics: bool = True) -> "Telemetry":
         """Telemetry on a provider made by the caller (tests: an in-memory exporter)."""
         return cls(tracer=provider.get_tracer(SCOPE), metrics=GatewayMetrics() if metrics else None)
-
-    @cached_property
-    def calls(self) -> CallTelemetry:
-        if self.tracer is None and self.metrics is None:
-            return NO_CALL_TELEMETRY
-        return CallTelemetry(self.tracer, self.metrics)
 
     def install(self) -> None:
         """Make our provider the global one (libraries that trace find it), unless one is set."""

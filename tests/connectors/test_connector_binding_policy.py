@@ -396,10 +396,10 @@ def test_config_keys_validated_with_file_line_and_key() -> None:
             - "[::1]:9100"
     """)
     config = config_from_text(text, "gw.yaml")
-    policy = config.connectors.binding_policy()
+    policy = BindingPolicy.from_config(config.connectors)
     assert policy.python_modules == ("my_company.connectors",) and policy.credential_env == {"BILLING_TOKEN"}
     assert [e.text for e in policy.allowed_hosts] == ["127.0.0.1:9100", "billing.internal", "10.0.0.0/8", "[::1]:9100"]
-    assert config_from_text("connectors: {}\n").connectors.binding_policy() == BindingPolicy()
+    assert BindingPolicy.from_config(config_from_text("connectors: {}\n").connectors) == BindingPolicy()
     for bad, line, key, says in [
         ("python_modules:\n    - ok.mod\n    - 'os:system'", 4, "connectors.python_modules.1", "not a dotted module name"),
         ("credential_env:\n    - PATH-X", 3, "connectors.credential_env.0", "not an environment variable name"),

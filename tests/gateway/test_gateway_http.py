@@ -248,7 +248,7 @@ async def test_the_sdk_client_without_a_token_is_refused(setup: Setup, era: str)
             await client.list_tools()
     errors = mcp_errors(caught.value)
     assert len(errors) == 1, repr(caught.value)
-    assert errors[0].error.code == -32000  # the gateway's "unauthorized" (front/auth.py)
+    assert errors[0].error.code == -32000  # the gateway's "unauthorized" (http/auth.py)
     assert errors[0].error.message.startswith("Unauthorized: send 'Authorization: Bearer <token>'"), errors[0]
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.front.auth import sha256_hex
+from gateway.http.auth import sha256_hex
 from tests.operations.support import new_key, ops_upstream, post, tool_call, wait_for, events
 from tests.support.gateway import start_gateway, write_config
 
@@ -42,6 +42,7 @@ def test_metrics_after_calls(tmp_path: Path) -> None:
         key = new_key()
         first = post(client, gw.url, tool_call("ops__write", {"text": "a"}, key=key), token=AGENT)
         again = post(client, gw.url, tool_call("ops__write", {"text": "a"}, key=key), token=AGENT)
+        assert "result" in again, (first, again)
         assert again["result"]["content"] == first["result"]["content"]
         post(client, gw.url, tool_call("ops__slow_read", {"seconds": 0}), token=AGENT)
 

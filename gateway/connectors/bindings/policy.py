@@ -33,126 +33,32 @@ from typing import Literal, TypeAlias
 import anyio
 import httpx
 
+from ...config import ConnectorsConfig
+from ...grants import (
+    IPV4_COMPATIBLE,
+    LINK_LOCAL,
+    METADATA_ADDRESSES,
+    METADATA_HOSTNAMES,
+    HostEntry,
+    IPAddress,
+    IPNetwork,
+    NAT64,
+    address_or_none,
+    check_env_name,
+    check_module_prefix,
+    parse_host_entry,
+)
 from ..errors import BindingNotAllowed
 from .config import HttpBindingConfig, PythonBindingConfig
 
-IPAddress: TypeAlias = ipaddress.IPv4Address | ipaddress.IPv6Address
-IPNetwork: TypeAlias = ipaddress.IPv4Network | ipaddress.IPv6Network
 Source: TypeAlias = Literal["config", "api"]
 
 PYTHON_MODULES_KEY = "connectors.python_modules"
 CREDENTIAL_ENV_KEY = "connectors.credential_env"
 ALLOWED_HOSTS_KEY = "connectors.allowed_hosts"
 
-# Instance metadata services: credentials of the machine the gateway runs on.
-METADATA_ADDRESSES: frozenset[IPAddress] = frozenset(ipaddress.ip_address(a) for a in (
-    "169.254.169.254",   # AWS, GCP, Azure, OpenStack, DigitalOcean, Oracle, ...
-    "169.254.170.2",     # AWS ECS task metadata and credentials
-    "fd00:ec2::254",     # AWS IMDS over IPv6
-    "100.100.100.200",   # Alibaba Cloud
-))
-METADATA_HOSTNAMES: frozenset[str] = frozenset({
-    "metadata", "metadata.google.internal", "metadata.goog",
-    "instance-data", "instance-data.ec2.internal", "metadata.tencentyun.com",
-})
-_LINK_LOCAL: tuple[IPNetwork, ...] = (ipaddress.ip_network("169.254.0.0/16"), ipaddress.ip_network("fe80::/10"))
-_NAT64 = ipaddress.ip_network("64:ff9b::/96")
-_IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
 
-_MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_HOST_LABEL = re.compile(r"^[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?$")
 RESOLVE_TIMEOUT = 2.0  # seconds for the registration-time look-up (the connect-time check decides)
-
-
-# -- config entries (validated by gateway/config.py's ConnectorsConfig) -------------------------
-
-
-def check_module_prefix(value: str) -> str:
-    """A dotted module name: `my_company.connectors` allows that module and its submodules."""
-    value = value.strip()
-    if not _MODULE.match(value):
-        raise ValueError(f"{value!r} is not a dotted module name (e.g. my_company.connectors)")
-    return value
-
-
-def check_env_name(value: str) -> str:
-    if not _ENV_NAME.match(value):
-        raise ValueError(f"{value!r} is not an environment variable name")
-    return value
-
-
-@dataclass(frozen=True)
-class HostEntry:
-    """One `allowed_hosts` entry: a host name, an address or a network (CIDR), and for a name
-    or an address optionally a port (`127.0.0.1:9100`, `[::1]:9100`, `billing.internal:443`)."""
-
-    text: str
-    name: str | None = None
-    network: IPNetwork | None = None
-    port: int | None = None
-
-    def matches(self, host: str, address: IPAddress | None, port: int) -> bool:
-        if self.port is not None and self.port != port:
-            return False
-        if address is not None:
-            return self.network is not None and address in self.network
-        return self.name is not None and self.name == host
-
-    def unlocks(self, address: IPAddress) -> bool:
-        """Does this entry list a link-local or metadata `address` explicitly? A metadata
-        address only by itself; a link-local one by a network inside the link-local range
-        (so `0.0.0.0/0` or `::/0` never unlock them)."""
-        net = self.network
-        if net is None or address.version != net.version or address not in net:
-            return False
-        if address in METADATA_ADDRESSES:
-            return net.num_addresses == 1
-        return any(net.version == ll.version and net.subnet_of(ll) for ll in _LINK_LOCAL)  # type: ignore[arg-type]
-
-
-def parse_host_entry(value: str) -> HostEntry:
-    text = value.strip().lower()
-    if not text:
-        raise ValueError("an empty host entry")
-    if "://" in text:
-        raise ValueError(f"{value!r} is a URL; write the host only (e.g. billing.internal or 127.0.0.1:9100)")
-    if "/" in text:
-        try:
-            return HostEntry(text, network=ipaddress.ip_network(text, strict=False))
-        except ValueError:
-            raise ValueError(f"{value!r} is not a network in CIDR notation (e.g. 10.0.0.0/8)") from None
-    host, port = text, None
-    if text.startswith("["):
-        inside, bracket, rest = text[1:].partition("]")
-        if not bracket or (rest and not rest.startswith(":")):
-            raise ValueError(f"{value!r}: write an IPv6 address with a port as [::1]:9100")
-        host, port = inside, _port(value, rest[1:]) if rest else None
-    elif text.count(":") == 1:
-        host, _, port_text = text.partition(":")
-        port = _port(value, port_text)
-    address = _address(host)
-    if address is not None:
-        return HostEntry(text, network=ipaddress.ip_network(address), port=port)
-    name = host.rstrip(".")
-    if "*" in name:
-        raise ValueError(f"{value!r}: wildcards are not supported; list each host name, or a network (CIDR)")
-    if len(name) > 253 or not all(_HOST_LABEL.match(label) for label in name.split(".")):
-        raise ValueError(f"{value!r} is not a host name, an IP address or a network (CIDR)")
-    return HostEntry(text, name=name, port=port)
-
-
-def _port(value: str, text: str) -> int:
-    if not text.isdigit() or not 0 < int(text) < 65536:
-        raise ValueError(f"{value!r}: the port must be a number from 1 to 65535")
-    return int(text)
-
-
-def _address(host: str) -> IPAddress | None:
-    try:
-        return ipaddress.ip_address(host)
-    except ValueError:
-        return None
 
 
 # -- addresses no binding reaches unless listed --------------------------------------------------
@@ -167,7 +73,7 @@ def _embedded_ipv4(address: IPAddress) -> IPAddress | None:
         return address.ipv4_mapped
     if address.sixtofour is not None:
         return address.sixtofour
-    if address in _NAT64 or (address in _IPV4_COMPATIBLE and int(address) > 1):
+    if address in NAT64 or (address in IPV4_COMPATIBLE and int(address) > 1):
         return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
     return None
 
@@ -214,6 +120,11 @@ class BindingPolicy:
             credential_env=frozenset(check_env_name(e) for e in credential_env),
             allowed_hosts=tuple(parse_host_entry(h) for h in allowed_hosts),
         )
+
+    @classmethod
+    def from_config(cls, connectors: ConnectorsConfig) -> "BindingPolicy":
+        """The policy the `connectors:` section of gateway.yaml grants."""
+        return cls.of(connectors.python_modules, connectors.credential_env, connectors.allowed_hosts)
 
     # -- Python ------------------------------------------------------------------------------
 
@@ -264,7 +175,7 @@ class BindingPolicy:
             host, port = url_host_port(binding.base_url)
         except (httpx.InvalidURL, ValueError) as exc:
             raise BindingNotAllowed(f"{where}: binding.base_url is not a valid URL: {exc}", config_key=ALLOWED_HOSTS_KEY) from None
-        address = _address(host)
+        address = address_or_none(host)
         if address is None and host in METADATA_HOSTNAMES and not any(e.name == host for e in self.allowed_hosts):
             raise BindingNotAllowed(
                 f"{where}: binding.base_url host {host!r} is refused: it names a cloud metadata service; only an "
@@ -310,7 +221,7 @@ class BindingPolicy:
 
     def peer_refusal(self, peer: str) -> str | None:
         """The connect-time check on the address a new connection actually reached."""
-        address = _address(peer.split("%", 1)[0])  # an IPv6 zone id ("fe80::1%eth0") is not part of the address
+        address = address_or_none(peer.split("%", 1)[0])  # an IPv6 zone id ("fe80::1%eth0") is not part of the address
         if address is None:
             return f"the peer address {peer!r} could not be read"
         return self.address_refusal(address)
@@ -338,7 +249,7 @@ class BindingPolicy:
             host, port = url_host_port(binding.base_url)
         except (httpx.InvalidURL, ValueError):
             return  # check() has refused it already
-        if _address(host) is not None:
+        if address_or_none(host) is not None:
             return
         infos: list[tuple[object, ...]] = []
         with anyio.move_on_after(RESOLVE_TIMEOUT):
@@ -350,7 +261,7 @@ class BindingPolicy:
             sockaddr = info[4]
             if not isinstance(sockaddr, tuple):
                 continue
-            address = _address(str(sockaddr[0]).split("%", 1)[0])
+            address = address_or_none(str(sockaddr[0]).split("%", 1)[0])
             if address is not None:
                 self._check_address(address, f"{where}: binding.base_url host {host!r} (resolves to {address})")
 

@@ -16,16 +16,17 @@ from typing import TYPE_CHECKING, Any, Literal
 from opentelemetry import trace
 from opentelemetry.trace import Span, StatusCode, Tracer
 
-from ..conventions.outcomes import Interrupted, NotSent, Replied, RpcError
-from ..fences import FenceRejected, FenceUnknown, Proceed, Replay
-from .tracing import ATTEMPT_RESULT, ERROR_TYPE, TOOL, attempt_span, mark_failed, traced
+from .conventions.outcomes import Interrupted, NotSent, Replied, RpcError
+from .fences import FenceRejected, FenceUnknown, Proceed, Replay
+from .telemetry.tracing import ATTEMPT_RESULT, ERROR_TYPE, TOOL, attempt_span, mark_failed, traced
 
 if TYPE_CHECKING:
-    from ..catalog import ToolRoute
-    from ..conventions.answers import Answer
-    from ..conventions.outcomes import AttemptEvent
-    from ..fences import BeginResult
-    from .metrics import GatewayMetrics
+    from .catalog import ToolRoute
+    from .conventions.answers import Answer
+    from .conventions.outcomes import AttemptEvent
+    from .fences import BeginResult
+    from .telemetry import Telemetry
+    from .telemetry.metrics import GatewayMetrics
 
 __all__ = ["CallTelemetry", "NO_CALL_TELEMETRY"]
 
@@ -125,6 +126,14 @@ class CallTelemetry:
         # Labelled children by (metric, labels): prometheus-client's labels() validates and
         # locks on every call; the label sets are the catalog's, so this stays as small as its own.
         self._children: dict[tuple[Any, ...], Any] = {}
+
+
+    @classmethod
+    def of(cls, telemetry: "Telemetry") -> "CallTelemetry":
+        """The call telemetry of the gateway's telemetry (one shared do-nothing one when it is off)."""
+        if telemetry.tracer is None and telemetry.metrics is None:
+            return NO_CALL_TELEMETRY
+        return cls(telemetry.tracer, telemetry.metrics)
 
     def child(self, metric: Any, *labels: str) -> Any:
         key = (id(metric), *labels)

@@ -17,10 +17,10 @@ from collections.abc import Callable
 from mcp_types import INVALID_REQUEST
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..front.asgi import header, refuse
-from ..front.auth import Authenticator
-from ..front.hosts import HostOriginGuard, HostOriginPolicy
-from .metrics import CONTENT_TYPE, GatewayMetrics
+from .asgi import header, refuse
+from .auth import Authenticator
+from .hosts import HostOriginGuard, HostOriginPolicy
+from ..telemetry.metrics import CONTENT_TYPE, GatewayMetrics
 
 __all__ = ["MetricsEndpoint", "metrics_endpoint"]
 
