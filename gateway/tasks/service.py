@@ -21,7 +21,7 @@ from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 
 from ..calls import ToolCall
 from ..conventions.answers import Answer
-from ..errors import RequestError, UpstreamError
+from ..errors import RequestError, UpstreamError, UpstreamNotSent, UpstreamRpcError
 from . import wire
 from .creation import MISSING_CAPABILITY, TaskParts, TaskSettings, TaskStarter, call_job
 from .jobs import RecordSink
@@ -143,15 +143,22 @@ class Tasks:
 
     async def _upstream_request(self, record: TaskRecord, method: str, params: dict[str, Any], *,
                                 quiet: bool = False) -> None:
+        """Forwards a task method to the task's upstream task. The client is told which upstream
+        failed and how (`reason`: no address, no exception class); the details go to the log."""
         upstream = self._p.upstreams.get(record.upstream or "")
-        try:
-            if upstream is None:
-                raise RequestError(INTERNAL_ERROR, f"the task's upstream {record.upstream!r} is not configured")
-            await upstream.request(method, wire.declaring_tasks(params, wire.is_modern(record.upstream_era)))
-        except (UpstreamError, RequestError) as exc:
+        if upstream is None:
+            text = f"{method}: the task's upstream {record.upstream!r} is not configured"
+            logger.warning("task %s: %s", record.task_id, text)
             if not quiet:
-                raise RequestError(INTERNAL_ERROR, f"{method} could not reach the task's upstream: {exc}") from None
-            logger.info("task %s: %s upstream failed: %s", record.task_id, method, exc)
+                raise RequestError(INTERNAL_ERROR, text)
+            return
+        try:
+            await upstream.request(method, wire.declaring_tasks(params, wire.is_modern(record.upstream_era)))
+        except UpstreamError as exc:
+            logger.log(logging.INFO if quiet else logging.WARNING, "task %s: %s to upstream task %s failed: %s",
+                       record.task_id, method, record.upstream_task_id, exc)
+            if not quiet:
+                raise RequestError(INTERNAL_ERROR, _upstream_failure(method, exc)) from None
 
     # -- liveness: TTL, dead owners, takeover ---------------------------------------------------
 
@@ -215,3 +222,11 @@ class Tasks:
                 await self.sweep_once()
             except Exception:  # noqa: BLE001 - housekeeping: log any failure, try again next round
                 logger.warning("task sweep failed; will retry", exc_info=True)
+
+
+def _upstream_failure(method: str, exc: UpstreamError) -> str:
+    """The client's text for a task method its upstream did not take: safe words only."""
+    if isinstance(exc, UpstreamRpcError):
+        return f"{method}: the task's upstream {exc.upstream!r} refused it ({exc.reason})"
+    what = "could not be reached" if isinstance(exc, UpstreamNotSent) else "did not answer"
+    return f"{method}: the task's upstream {exc.upstream!r} {what} ({exc.reason}); see the gateway log"
