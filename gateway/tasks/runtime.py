@@ -60,6 +60,7 @@ def start_tasks(config: TasksConfig, store: TaskStore | None, tg: TaskGroup, *, 
         poll_interval_ms=config.poll_interval_ms,
         plain_required=config.plain_required,
         keep_expired_seconds=config.keep_expired_seconds,
+        max_result_bytes_per_principal=config.max_result_bytes_per_principal,
     )
     tasks = Tasks(TaskParts(store, pipeline, catalog, scope, fences, upstreams, jobs, settings, server_info, time.time))
     tg.start_soon(jobs.run_keeper)
