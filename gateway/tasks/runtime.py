@@ -52,7 +52,8 @@ def start_tasks(config: TasksConfig, store: TaskStore | None, tg: TaskGroup, *, 
     """The tasks service, its lease keeper and sweeper running in `tg` (None when tasks are off)."""
     if store is None:
         return None
-    jobs = TaskJobs(store, fences.owner, tg, lease_seconds=fences.lease_seconds, clock=time.time)
+    jobs = TaskJobs(store, fences.owner, tg, lease_seconds=fences.lease_seconds, clock=time.time,
+                    max_held_bytes=config.max_result_bytes_per_principal)
     settings = TaskSettings(
         augment=config.augment,
         default_ttl_ms=int(config.default_ttl_seconds * 1000),

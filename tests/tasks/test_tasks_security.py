@@ -24,7 +24,8 @@ from tests.support.servers import read_executions, spawn_http_server, start_http
 from tests.tasks.tasks_support import HANDSHAKE, MODERN, post, result_of, task_id_of, wait_task
 
 RATE_LIMITED, HEADER_MISMATCH = -32029, -32020
-TOKENS = {"limited": "tasks-limited-token", "budget": "tasks-budget-token", "free": "tasks-free-token"}
+TOKENS = {"limited": "tasks-limited-token", "budget": "tasks-budget-token", "free": "tasks-free-token",
+          "burst": "tasks-burst-token"}
 BUDGET = 150_000
 
 
@@ -45,6 +46,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
                  "rate_limit": {"per_second": 1, "burst": 1}},
                 {"principal": "budget", "token_sha256": sha(TOKENS["budget"])},
                 {"principal": "free", "token_sha256": sha(TOKENS["free"])},
+                {"principal": "burst", "token_sha256": sha(TOKENS["burst"])},
             ]},
             "tasks": {"max_result_bytes_per_principal": BUDGET},
             "upstreams": [http_upstream("t", upstream.url)],
@@ -127,6 +129,23 @@ def test_a_principal_over_its_result_budget_gets_no_new_task(setup: Setup) -> No
     # Another principal is not charged for it.
     free = result_of(post(setup.url, "tools/call", params, era=HANDSHAKE, token=TOKENS["free"]))
     assert wait_task(setup.url, task_id_of(free), era=HANDSHAKE, token=TOKENS["free"])["status"] == "completed"
+
+
+def test_tasks_created_before_the_budget_filled_keep_no_result_past_it(setup: Setup) -> None:
+    """Four ~100 KB tasks created at once (nothing held yet), ending one after another: the results
+    are kept until the 150 KB budget is full (the one that crosses it included), the later ones fail
+    saying why."""
+    label = "y" * 100_000
+    ids = [task_id_of(result_of(post(setup.url, "tools/call", {"name": "t__slow_compute", "arguments": {
+        "seconds": 1 + n, "label": label}, "task": {"ttl": 60_000}}, era=HANDSHAKE, token=TOKENS["burst"])))
+        for n in range(4)]
+    ends = [wait_task(setup.url, task_id, era=HANDSHAKE, token=TOKENS["burst"]) for task_id in ids]
+    assert [t["status"] for t in ends] == ["completed", "completed", "failed", "failed"], ends
+    for task in ends[2:]:
+        assert "its result" in task["statusMessage"] and "was not kept" in task["statusMessage"], task
+        assert f"tasks.max_result_bytes_per_principal allows {BUDGET} bytes" in task["statusMessage"], task
+    error = _error(post(setup.url, "tasks/result", {"taskId": ids[3]}, era=HANDSHAKE, token=TOKENS["burst"]))
+    assert error["code"] == RATE_LIMITED and error["data"]["resultBytes"] > 100_000, error
 
 
 @pytest.mark.parametrize("method", ["tasks/get", "tasks/update", "tasks/cancel"])
