@@ -121,13 +121,26 @@ class CallPipeline:
         self._telemetry = telemetry  # spans and metrics (gateway/telemetry/calls.py)
         self._limits = limits  # per principal and upstream (gateway/ratelimits.py)
 
-    async def call(self, call: ToolCall) -> Answer:
-        """The answer to one call; raises UnknownToolError for a name the principal cannot reach."""
+    async def call(self, call: ToolCall, *, admitted: bool = False) -> Answer:
+        """The answer to one call; raises UnknownToolError for a name the principal cannot reach.
+        `admitted`: the rate limit was already applied (a task's call: gateway/tasks/creation.py)."""
         route = await self._route(call)
-        await self._limits.admit(call.principal, route.upstream)  # RateLimited: nothing was sent
+        if not admitted:
+            await self.admit(call.principal, route)
         with self._telemetry.call(route) as seen:
             seen.answer = answer = await self._answer(route, call)
         return answer
+
+    async def admit(self, principal: str, route: ToolRoute) -> None:
+        """Take the call's rate-limit tokens, or raise RateLimited (-32029: nothing may be sent)."""
+        await self._limits.admit(principal, route.upstream)
+
+    @staticmethod
+    def refusal(route: ToolRoute, call: ToolCall) -> Answer | None:
+        """The answer of a call the policy refuses before anything runs (a write without a key)."""
+        if route.effect is Effect.READ or call.idempotency_key is not None or route.keyless_writes == "pass":
+            return None
+        return rejected(_missing_key_text(route))
 
     async def _route(self, call: ToolCall) -> ToolRoute:
         """The route of the called tool, if this principal may reach it (else: unknown tool)."""
@@ -141,9 +154,8 @@ class CallPipeline:
         if route.effect is Effect.READ:
             return (await self._dispatch(route, call, fence_id=None, takeover=False)).answer
         if key is None:
-            if route.keyless_writes == "pass":
-                return (await self._dispatch(route, call, fence_id=None, takeover=False)).answer
-            return rejected(_missing_key_text(route))
+            refused = self.refusal(route, call)
+            return refused or (await self._dispatch(route, call, fence_id=None, takeover=False)).answer
         return await self._fenced(route, call, key)
 
     async def call_settled(self, call: ToolCall, *, fence_id: str | None) -> Answer:

@@ -262,9 +262,12 @@ class TasksConfig(_Strict):
     max_ttl_seconds: float = Field(86400.0, gt=0)
     # The pollInterval the gateway tells its clients (an upstream task's own interval wins).
     poll_interval_ms: int = Field(500, ge=10)
-    # How often TTLs and tasks of stopped processes are checked; how long an expired task is kept.
+    # How often TTLs and tasks of stopped processes are checked; how long an expired task's row stays
+    # in the database for operators (clients never see a task past its advertised ttl).
     sweep_interval_seconds: float = Field(30.0, gt=0)
-    keep_expired_seconds: float = Field(3600.0, ge=0)
+    keep_expired_seconds: float = Field(0.0, ge=0)
+    # The bytes of stored task results (and errors) one principal may hold; at it, new tasks are refused.
+    max_result_bytes_per_principal: int = Field(256 * 1024 * 1024, gt=0)
 
 
 class GatewayConfig(_Strict):

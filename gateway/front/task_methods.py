@@ -3,8 +3,9 @@ hand the work to gateway/tasks/service.py.
 
 * 2025-11-25 (handshake era): `tasks/get`, `tasks/result`, `tasks/cancel`, `tasks/list`.
 * 2026-07-28 (the tasks extension): `tasks/get`, `tasks/update`, `tasks/cancel`, only for a
-  request that declares the extension (else -32021, naming it); `Mcp-Name` must be the task id
-  (else -32020); `tasks/result` and `tasks/list` do not exist there (-32601).
+  request that declares the extension (else -32021, naming it); over HTTP `Mcp-Name` must be the
+  task id (absent or another: -32020, the rule of gateway/name_header.py); `tasks/result` and
+  `tasks/list` do not exist there (-32601).
 """
 
 from __future__ import annotations
@@ -15,13 +16,13 @@ from typing import Any
 from mcp_types import INVALID_PARAMS, METHOD_NOT_FOUND
 
 from ..errors import RequestError
+from ..name_header import name_mismatch
 from ..tasks import Tasks
 from ..tasks.service import MISSING_CAPABILITY
 from ..tasks.wire import TASKS_EXTENSION, client_takes_tasks
 
 __all__ = ["TASK_METHODS", "answer_task_method"]
 
-HEADER_MISMATCH = -32020
 TASK_METHODS = frozenset({"tasks/get", "tasks/result", "tasks/cancel", "tasks/list", "tasks/update"})
 _MODERN = frozenset({"tasks/get", "tasks/update", "tasks/cancel"})
 _HANDSHAKE = frozenset({"tasks/get", "tasks/result", "tasks/cancel", "tasks/list"})
@@ -39,12 +40,13 @@ async def answer_task_method(
         return await tasks.list(principal, cursor if isinstance(cursor, str) else None)
     task_id = params.get("taskId")
     if modern:
+        # Over HTTP the header must name the task, by the rule the SDK applies to tools/call (stdio: no headers).
+        mismatch = name_mismatch(method, params, headers) if headers is not None else None
+        if mismatch is not None:
+            raise mismatch
         if not client_takes_tasks(params.get("_meta")):
             raise RequestError(MISSING_CAPABILITY, f"{method} needs the {TASKS_EXTENSION} extension in the request's "
                                "client capabilities", {"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}})
-        named = (headers or {}).get("mcp-name")
-        if named is not None and named.strip() != task_id:
-            raise RequestError(HEADER_MISMATCH, "Mcp-Name header does not match the request body's 'taskId' parameter")
     if not isinstance(task_id, str) or not task_id:
         raise RequestError(INVALID_PARAMS, f"{method}: params.taskId must be a non-empty string")
     if method == "tasks/get":

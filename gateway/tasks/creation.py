@@ -33,6 +33,7 @@ from ..conventions.answers import Answer
 from ..conventions.keys import IDEMPOTENCY_KEY
 from ..errors import RequestError, UpstreamError
 from ..fences import Fences, fingerprint
+from ..ratelimits import RATE_LIMITED
 from ..scope import PrincipalScope
 from ..upstreams.upstream import Upstream
 from . import wire
@@ -42,7 +43,7 @@ from .records import TaskRecord, TaskStatus
 from .store import TaskStore
 from .transitions import lose
 
-__all__ = ["MISSING_CAPABILITY", "TaskParts", "TaskSettings", "TaskStarter", "call_job"]
+__all__ = ["MISSING_CAPABILITY", "TaskBudgetExceeded", "TaskParts", "TaskSettings", "TaskStarter", "call_job"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +57,8 @@ class TaskSettings:
     max_ttl_ms: int = 24 * 3600 * 1000
     poll_interval_ms: int = 500
     plain_required: str = "wait"  # or "refuse": a taskSupport=required tool called without a task
-    keep_expired_seconds: float = 3600.0
+    keep_expired_seconds: float = 0.0  # rows kept for operators after the TTL; never served past it
+    max_result_bytes_per_principal: int = 256 * 1024 * 1024
 
 
 @dataclass
@@ -69,13 +71,14 @@ class _Start:
 
 
 def call_job(pipeline: CallPipeline, call: ToolCall, sink: RecordSink, fence_id: str | None, *, settled: bool) -> Job:
-    """The job of a task: the pipeline's tail (without the fence when the task holds it)."""
+    """The job of a task: the pipeline's tail (without the fence when the task holds it; the rate
+    limit was applied when the task was created)."""
 
     async def run() -> tuple[Answer, dict[str, Any] | None]:
         if settled:
             answer = await pipeline.call_settled(call, fence_id=fence_id)
         else:
-            answer = await pipeline.call(call)
+            answer = await pipeline.call(call, admitted=True)
         return answer, sink.upstream_error
 
     return run
@@ -119,6 +122,9 @@ class TaskStarter:
             if route.task_support == "required" and self._p.settings.plain_required == "refuse":
                 raise _refusal(route.name, modern)
             return None
+        refused = await self._admit(principal, route, name, arguments, meta)
+        if refused is not None:
+            return refused
         start = await self._settle(self._new_record(principal, route, era, self._ttl(task_param)), route, arguments, meta)
         if start.existing is not None:
             return wire.created(start.existing, modern=modern, server_info=self._p.server_info)
@@ -128,6 +134,20 @@ class TaskStarter:
         await self._p.store.insert(record)
         self._p.jobs.start(record.task_id, call_job(self._p.pipeline, call, sink, record.fence_id, settled=start.settled))
         return wire.created(record, modern=modern, server_info=self._p.server_info)
+
+    async def _admit(self, principal: str, route: ToolRoute, name: str, arguments: dict[str, Any],
+                     meta: dict[str, Any]) -> Answer | None:
+        """Before a task is made: the policy's refusal (answered as for a plain call, no task), the
+        rate limit (RateLimited, -32029) and the principal's budget of stored results."""
+        refused = self._p.pipeline.refusal(route, ToolCall(principal=principal, name=name, arguments=arguments, meta=meta))
+        if refused is not None:
+            return refused
+        await self._p.pipeline.admit(principal, route)
+        limit = self._p.settings.max_result_bytes_per_principal
+        held = await self._p.store.held_bytes(principal)
+        if held >= limit:
+            raise TaskBudgetExceeded(principal, held, limit)
+        return None
 
     def _new_record(self, principal: str, route: ToolRoute, era: str, ttl_ms: int) -> TaskRecord:
         now = self._p.clock()
@@ -183,6 +203,9 @@ class TaskStarter:
 
     async def _provisional(self, principal: str, route: ToolRoute, name: str, arguments: dict[str, Any],
                            meta: dict[str, Any], *, era: str, rounds: Mapping[str, Any]) -> dict[str, Any] | Answer:
+        refused = await self._admit(principal, route, name, arguments, meta)
+        if refused is not None:
+            return refused
         start = await self._settle(self._new_record(principal, route, era, self._p.settings.default_ttl_ms), route,
                                    arguments, meta)
         if start.existing is not None:
@@ -215,6 +238,17 @@ class TaskStarter:
         if not answers:
             raise RequestError(INTERNAL_ERROR, "internal gateway error; see the gateway log")
         return answers[0]  # answered at once (the job writes it as the task's end too)
+
+
+class TaskBudgetExceeded(RequestError):
+    """The principal's stored task results fill `tasks.max_result_bytes_per_principal`: no new task."""
+
+    def __init__(self, principal: str, held: int, limit: int) -> None:
+        super().__init__(RATE_LIMITED, (
+            f"Task refused: the principal {principal!r} holds {held} bytes of task results, and "
+            f"tasks.max_result_bytes_per_principal allows {limit} bytes. The call was not sent; retry when older "
+            "tasks have expired (at their ttl)."
+        ), {"limit": "tasks.max_result_bytes_per_principal", "maxBytes": limit, "heldBytes": held, "sent": False})
 
 
 def _refusal(tool: str, modern: bool) -> RequestError:

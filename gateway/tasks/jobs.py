@@ -1,13 +1,16 @@
 """The tasks this process runs: background jobs, their leases, and cancellation.
 
 A job runs one task's call (the pipeline's tail) in the gateway's task group, and writes its end
-to the task record. While it runs, the keeper renews the record's lease every third of the lease
+to the task record: its result, unless the principal's stored results already fill
+`tasks.max_result_bytes_per_principal` (the task then fails, saying so; creation.py refuses new
+tasks at the budget, this bounds what the tasks already running add). While it runs, the keeper renews the record's lease every third of the lease
 time (so other replicas know the owner lives) and notices a cancel that another replica wrote.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -17,6 +20,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from ..conventions.answers import Answer
+from ..ratelimits import RATE_LIMITED
 from ..fences.records import Owner
 from .records import TaskRecord, TaskStatus
 from ..task_sink import UpstreamTaskSink
@@ -79,8 +83,9 @@ class RecordSink(UpstreamTaskSink):
 
 class TaskJobs:
     def __init__(self, store: TaskStore, owner: Owner, task_group: TaskGroup, *, lease_seconds: float,
-                 clock: Callable[[], float]) -> None:
+                 clock: Callable[[], float], max_held_bytes: int | None = None) -> None:
         self.store = store
+        self._max_held_bytes = max_held_bytes
         self.owner = owner
         self.lease_seconds = lease_seconds
         self._task_group = task_group
@@ -114,6 +119,11 @@ class TaskJobs:
             self._running.pop(task_id, None)
         if outcome is None:
             return  # cancelled: the canceller wrote the task's status
+        with anyio.CancelScope(shield=True):
+            try:
+                outcome = await self._within_budget(task_id, *outcome)
+            except Exception:  # noqa: BLE001 - the store failed: the task still ends, with its result
+                logger.warning("task %s: its principal's stored results could not be counted", task_id, exc_info=True)
         ended, expired = finish(*outcome), lose("its time to live ran out")
 
         def step(record: TaskRecord) -> TaskRecord | None:
@@ -121,6 +131,27 @@ class TaskJobs:
 
         with anyio.CancelScope(shield=True):
             await change(self.store, task_id, step, clock=self._clock)
+
+    async def _within_budget(self, task_id: str, answer: Answer,
+                             error: dict[str, Any] | None) -> tuple[Answer, dict[str, Any] | None]:
+        """The outcome to store: the call's, or a failure when the principal's stored results already
+        fill the budget (tasks created before it filled, ending after)."""
+        if self._max_held_bytes is None or error is not None:
+            return answer, error
+        size = len(json.dumps(answer.to_wire(), ensure_ascii=False, separators=(",", ":")).encode())
+        record = await self.store.get(task_id)
+        if record is None:
+            return answer, error
+        held = await self.store.held_bytes(record.principal)
+        if held < self._max_held_bytes:
+            return answer, error  # the result that crosses the budget is kept; no later one is
+        text = (f"The tool {record.tool} ran, but its result ({size} bytes) was not kept: the principal "
+                f"{record.principal!r} holds {held} bytes of task results, and tasks.max_result_bytes_per_principal "
+                f"allows {self._max_held_bytes} bytes.")
+        logger.warning("task %s: %s", task_id, text)
+        data = {"limit": "tasks.max_result_bytes_per_principal", "maxBytes": self._max_held_bytes,
+                "heldBytes": held, "resultBytes": size}
+        return Answer.error_text(text), {"code": RATE_LIMITED, "message": text, "data": data}
 
     async def run_keeper(self) -> None:
         """Renew the leases of running tasks; stop the ones another replica cancelled."""

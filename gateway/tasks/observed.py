@@ -59,6 +59,9 @@ class ObservedTaskStore:
     async def delete_expired(self, cutoff: float) -> int:
         return await self._store.delete_expired(cutoff)
 
+    async def held_bytes(self, principal: str) -> int:
+        return await self._store.held_bytes(principal)
+
     def _tell(self, record: TaskRecord) -> None:
         for listener in self.listeners:
             try:

@@ -52,7 +52,8 @@ def start_tasks(config: TasksConfig, store: TaskStore | None, tg: TaskGroup, *, 
     """The tasks service, its lease keeper and sweeper running in `tg` (None when tasks are off)."""
     if store is None:
         return None
-    jobs = TaskJobs(store, fences.owner, tg, lease_seconds=fences.lease_seconds, clock=time.time)
+    jobs = TaskJobs(store, fences.owner, tg, lease_seconds=fences.lease_seconds, clock=time.time,
+                    max_held_bytes=config.max_result_bytes_per_principal)
     settings = TaskSettings(
         augment=config.augment,
         default_ttl_ms=int(config.default_ttl_seconds * 1000),
@@ -60,6 +61,7 @@ def start_tasks(config: TasksConfig, store: TaskStore | None, tg: TaskGroup, *, 
         poll_interval_ms=config.poll_interval_ms,
         plain_required=config.plain_required,
         keep_expired_seconds=config.keep_expired_seconds,
+        max_result_bytes_per_principal=config.max_result_bytes_per_principal,
     )
     tasks = Tasks(TaskParts(store, pipeline, catalog, scope, fences, upstreams, jobs, settings, server_info, time.time))
     tg.start_soon(jobs.run_keeper)

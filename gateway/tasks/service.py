@@ -21,7 +21,7 @@ from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 
 from ..calls import ToolCall
 from ..conventions.answers import Answer
-from ..errors import RequestError, UpstreamError
+from ..errors import RequestError, UpstreamError, UpstreamNotSent, UpstreamRpcError
 from . import wire
 from .creation import MISSING_CAPABILITY, TaskParts, TaskSettings, TaskStarter, call_job
 from .jobs import RecordSink
@@ -59,7 +59,7 @@ class Tasks:
         found = marker_task(answer.to_wire()) if TASK_MARKER_KEY in (answer.meta or {}) else None
         if found is None:
             return answer
-        record = await self._until_terminal(principal, found[0])
+        record = await self._until_terminal(principal, found[0], past_ttl=True)
         if record.status is TaskStatus.COMPLETED and record.result is not None:
             return Answer.from_wire(record.result)
         error = record.error or cancelled_error(record)
@@ -80,9 +80,9 @@ class Tasks:
         error = record.error or cancelled_error(record)
         raise RequestError(int(error.get("code", INTERNAL_ERROR)), str(error.get("message", "")), error.get("data"))
 
-    async def _until_terminal(self, principal: str, task_id: str) -> TaskRecord:
+    async def _until_terminal(self, principal: str, task_id: str, *, past_ttl: bool = False) -> TaskRecord:
         while True:
-            record = await self._current(principal, task_id)
+            record = await self._current(principal, task_id, past_ttl=past_ttl)
             if record.status.terminal:
                 return record
             await anyio.sleep(min(max(record.poll_interval_ms / 1000, 0.05), 1.0))
@@ -117,7 +117,8 @@ class Tasks:
             raise RequestError(INVALID_PARAMS, f"tasks/list: invalid cursor {cursor!r}") from None
         records = await self.store.list(principal=principal, limit=_LIST_PAGE + 1, before=before)
         page = records[:_LIST_PAGE]
-        result: dict[str, Any] = {"tasks": [wire.task_fields(r, modern=False) for r in page]}
+        now = self._p.clock()
+        result: dict[str, Any] = {"tasks": [wire.task_fields(r, modern=False) for r in page if not r.expired(now)]}
         if len(records) > _LIST_PAGE:
             result["nextCursor"] = repr(page[-1].created_at)
         return result
@@ -143,23 +144,36 @@ class Tasks:
 
     async def _upstream_request(self, record: TaskRecord, method: str, params: dict[str, Any], *,
                                 quiet: bool = False) -> None:
+        """Forwards a task method to the task's upstream task. The client is told which upstream
+        failed and how (`reason`: no address, no exception class); the details go to the log."""
         upstream = self._p.upstreams.get(record.upstream or "")
-        try:
-            if upstream is None:
-                raise RequestError(INTERNAL_ERROR, f"the task's upstream {record.upstream!r} is not configured")
-            await upstream.request(method, wire.declaring_tasks(params, wire.is_modern(record.upstream_era)))
-        except (UpstreamError, RequestError) as exc:
+        if upstream is None:
+            text = f"{method}: the task's upstream {record.upstream!r} is not configured"
+            logger.warning("task %s: %s", record.task_id, text)
             if not quiet:
-                raise RequestError(INTERNAL_ERROR, f"{method} could not reach the task's upstream: {exc}") from None
-            logger.info("task %s: %s upstream failed: %s", record.task_id, method, exc)
+                raise RequestError(INTERNAL_ERROR, text)
+            return
+        try:
+            await upstream.request(method, wire.declaring_tasks(params, wire.is_modern(record.upstream_era)))
+        except UpstreamError as exc:
+            logger.log(logging.INFO if quiet else logging.WARNING, "task %s: %s to upstream task %s failed: %s",
+                       record.task_id, method, record.upstream_task_id, exc)
+            if not quiet:
+                raise RequestError(INTERNAL_ERROR, _upstream_failure(method, exc)) from None
 
     # -- liveness: TTL, dead owners, takeover ---------------------------------------------------
 
-    async def _current(self, principal: str, task_id: str) -> TaskRecord:
+    async def _current(self, principal: str, task_id: str, *, past_ttl: bool = False) -> TaskRecord:
+        """The principal's task, checked. Its advertised ttl is the promise: past it the task is gone
+        for its client (its call stopped; the row deleted by the sweeper), unless `past_ttl` (a plain
+        retry of a key whose task expired is told how it ended)."""
         record = await self.store.get(task_id, principal)
         if record is None:
             raise RequestError(INVALID_PARAMS, f"unknown task {task_id!r}")
-        return await self._check(record)
+        record = await self._check(record)
+        if not past_ttl and record.expired(self._p.clock()):
+            raise RequestError(INVALID_PARAMS, f"unknown task {task_id!r}: its ttl ({record.ttl_ms} ms) has passed")
+        return record
 
     def _owner_dead(self, record: TaskRecord) -> bool:
         owner = record.owner
@@ -215,3 +229,11 @@ class Tasks:
                 await self.sweep_once()
             except Exception:  # noqa: BLE001 - housekeeping: log any failure, try again next round
                 logger.warning("task sweep failed; will retry", exc_info=True)
+
+
+def _upstream_failure(method: str, exc: UpstreamError) -> str:
+    """The client's text for a task method its upstream did not take: safe words only."""
+    if isinstance(exc, UpstreamRpcError):
+        return f"{method}: the task's upstream {exc.upstream!r} refused it ({exc.reason})"
+    what = "could not be reached" if isinstance(exc, UpstreamNotSent) else "did not answer"
+    return f"{method}: the task's upstream {exc.upstream!r} {what} ({exc.reason}); see the gateway log"

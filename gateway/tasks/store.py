@@ -50,6 +50,9 @@ class TaskStore(Protocol):
     async def delete_expired(self, cutoff: float) -> int:
         """Delete tasks whose TTL ended before `cutoff`; the number deleted."""
 
+    async def held_bytes(self, principal: str) -> int:
+        """The bytes of stored results and errors (their JSON text, UTF-8) of the principal's tasks."""
+
 
 def open_task_store(database: Database) -> TaskStore:
     """The tasks tables in the gateway's database (not yet opened)."""

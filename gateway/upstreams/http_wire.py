@@ -14,9 +14,10 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from mcp.shared.inbound import NAME_BEARING_METHODS, encode_header_value
+from mcp.shared.inbound import encode_header_value
 
 from ..errors import RequestMaybeSent, RequestNotSent, TransportError, UpstreamInterrupted, UpstreamNotSent
+from ..name_header import name_key
 from ..relay import CallRelay
 from .events import UpstreamEvents, route_event
 from .rpc import MODERN_VERSION, answer_server_request, deliver_notification, result_or_raise
@@ -31,8 +32,6 @@ _BROKE = "the connection to the upstream broke after the request was sent"
 SESSION_HEADER = "mcp-session-id"
 _ACCEPT = "application/json, text/event-stream"
 _DRAIN_SECONDS = 0.25
-# Task methods name their task in Mcp-Name (the tasks extension, SEP-2663).
-_TASK_METHODS = frozenset({"tasks/get", "tasks/update", "tasks/cancel"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,8 +105,8 @@ class HttpWire:
         if era.version == MODERN_VERSION:
             method = message["method"]
             headers["mcp-method"] = method
-            name_key = NAME_BEARING_METHODS.get(method) or ("taskId" if method in _TASK_METHODS else None)
-            name = (message.get("params") or {}).get(name_key) if name_key else None
+            key = name_key(method)  # the body parameter Mcp-Name mirrors (gateway/name_header.py)
+            name = (message.get("params") or {}).get(key) if key else None
             if isinstance(name, str):
                 headers["mcp-name"] = encode_header_value(name)
         body = json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode()

@@ -27,8 +27,9 @@ TERMINAL = ("completed", "failed", "cancelled")
 
 def post(url: str, method: str, params: dict[str, Any], *, era: str = MODERN, extension: bool = True,
          key: str | None = None, token: str | None = None, headers: dict[str, str] | None = None,
-         request_id: Any = 1, timeout: float = 60) -> tuple[int, dict[str, Any]]:
-    """One raw JSON-RPC request; (HTTP status, the final message) from a JSON or SSE answer."""
+         request_id: Any = 1, timeout: float = 60, name_header: bool = True) -> tuple[int, dict[str, Any]]:
+    """One raw JSON-RPC request; (HTTP status, the final message) from a JSON or SSE answer.
+    `name_header=False`: a 2026-07-28 request without its Mcp-Name header."""
     out = {"accept": "application/json, text/event-stream", "content-type": "application/json",
            "mcp-protocol-version": era}
     if token:
@@ -41,7 +42,7 @@ def post(url: str, method: str, params: dict[str, Any], *, era: str = MODERN, ex
         out["mcp-method"] = method
         if method == "tools/call":
             out["mcp-name"] = params["name"]
-        elif method.startswith("tasks/") and "taskId" in params:
+        elif method.startswith("tasks/") and "taskId" in params and name_header:
             out["mcp-name"] = params["taskId"]
         meta["io.modelcontextprotocol/protocolVersion"] = era
         meta[CAPS] = {"extensions": {EXT: {}}} if extension else {}

@@ -4,6 +4,7 @@ poll intervals, the wire forms of both eras, the lost-task rule."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
@@ -55,6 +56,10 @@ async def test_store_contract(store_url: str) -> None:
             assert [r.task_id for r in await store.list(principal="alice")] == ["t1"]
             assert [r.task_id for r in await store.list(before=1001.0)] == ["t1"]
             assert [r.task_id for r in await store.active()] == ["t2"]
+            # The bytes a principal holds: its results' (and errors') JSON text in UTF-8, as stored.
+            stored = json.dumps(answer, ensure_ascii=False, separators=(",", ":")).encode()
+            assert await store.held_bytes("alice") == len(stored) and len(stored) > len(stored.decode())
+            assert await store.held_bytes("bob") == 0
             # t1 expires at 1060; t2 has no TTL and is never swept.
             assert await store.delete_expired(1059.0) == 0
             assert await store.delete_expired(1061.0) == 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import builtins
 
 import dataclasses
+import json
 
 from ..records import TaskRecord, TaskStatus
 
@@ -50,6 +51,11 @@ class MemoryTaskStore:
 
     async def active(self) -> builtins.list[TaskRecord]:
         return [r for r in self._rows.values() if not r.status.terminal]
+
+    async def held_bytes(self, principal: str) -> int:
+        return sum(len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+                   for r in self._rows.values() if r.principal == principal
+                   for value in (r.result, r.error) if value is not None)
 
     async def delete_expired(self, cutoff: float) -> int:
         gone = [k for k, r in self._rows.items() if r.expires_at is not None and r.expires_at < cutoff]

@@ -95,6 +95,13 @@ class PostgresTaskStore:
         rows = await self._lease.pool.fetch(f"SELECT {_COLS} FROM {self._t} WHERE status IN ('working', 'input_required')")
         return [record_from_row(r) for r in rows]
 
+    async def held_bytes(self, principal: str) -> int:
+        held = await self._lease.pool.fetchval(
+            f"SELECT COALESCE(SUM(COALESCE(octet_length(result), 0) + COALESCE(octet_length(error), 0)), 0) "
+            f"FROM {self._t} WHERE principal = $1", principal,
+        )
+        return int(held)
+
     async def delete_expired(self, cutoff: float) -> int:
         status = await self._lease.pool.execute(
             f"DELETE FROM {self._t} WHERE ttl_ms IS NOT NULL AND created_at + ttl_ms / 1000.0 < $1", cutoff

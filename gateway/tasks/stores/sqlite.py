@@ -104,6 +104,11 @@ class SqliteTaskStore:
         sql = f"SELECT {_COLS} FROM {TASKS_TABLE} WHERE status IN ('working', 'input_required')"
         return [record_from_row(r) for r in await self._run(lambda conn: conn.execute(sql).fetchall())]
 
+    async def held_bytes(self, principal: str) -> int:
+        sql = (f"SELECT COALESCE(SUM(COALESCE(length(CAST(result AS BLOB)), 0) + COALESCE(length(CAST(error AS BLOB)), 0)),"
+               f" 0) FROM {TASKS_TABLE} WHERE principal = ?")
+        return int(await self._run(lambda conn: conn.execute(sql, (principal,)).fetchone()[0]))
+
     async def delete_expired(self, cutoff: float) -> int:
         sql = f"DELETE FROM {TASKS_TABLE} WHERE ttl_ms IS NOT NULL AND created_at + ttl_ms / 1000.0 < ?"
         return await self._run(lambda conn: write_transaction(conn, lambda c: c.execute(sql, (cutoff,)).rowcount))
