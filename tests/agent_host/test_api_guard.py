@@ -16,7 +16,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agent_host.api_guard import MAX_BODY_BYTES
 from tests.agent_host.host_support import Proc, dex_agent, run_agent
 from tests.support.servers import free_port
 
@@ -24,6 +23,7 @@ APPROVER, AGENT = "approver-secret", "agent-secret"
 ENV = {"DEX_APPROVER_TOKEN": APPROVER, "DEX_AGENT_TOKEN": AGENT}
 GIB = 1024 ** 3
 MIB = 1024 * 1024
+MAX_BODY_BYTES = MIB  # the documented default of --api-max-body-bytes
 ANSWER_SECONDS = 5.0
 BODY_ROUTES = ("/sessions/s/steer", "/sessions/s/cancel", "/sessions/s/plan/approve", "/approvals/a1", "/questions/q1")
 
