@@ -12,7 +12,6 @@ agent must not approve itself. Cards are built from the stored call and escaped 
 from __future__ import annotations
 
 import hmac
-import json
 import time
 from collections.abc import Callable, Iterable
 from typing import Any, Literal, TypeVar
@@ -23,23 +22,17 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from .api_guard import ApiGuardSettings, guarded_app
 from .approvals import card_for_approval
 from .credentials import APPROVER_TOKEN_ENV, APPROVER_TOKEN_FILE_FLAG
 from .records import ApprovalRecord, ApprovalStatus
+from .safe_json import HTML_SAFE, SafeJSONResponse
 from .safe_text import terminal_text
 from .store import SessionStore
 
 MAX_REASON_CHARS = 500
 BodyT = TypeVar("BodyT", bound=BaseModel)
-HTML_SAFE = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"})
-
-
-class SafeJSONResponse(JSONResponse):
-    """JSON whose strings can be pasted into HTML or a <script> block without breaking out."""
-
-    def render(self, content: Any) -> bytes:
-        text = json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-        return text.translate(HTML_SAFE).encode("utf-8")
+__all__ = ["HTML_SAFE", "SafeJSONResponse", "Auth", "approval_routes", "approvals_app", "read_body"]
 
 
 class DecisionRequest(BaseModel):
@@ -73,7 +66,8 @@ def checked_tokens(approver_tokens: list[str], agent_tokens: list[str]) -> tuple
 
 class Auth:
     """Bearer tokens of approvers; the agent's own token is refused with 403 everywhere, because
-    an agent must not approve, answer, steer or watch for itself."""
+    an agent must not approve, answer, steer or watch for itself. Checked once for every data
+    route, from the headers alone, by `api_guard.BearerGuard`."""
 
     def __init__(self, approver_tokens: list[str], agent_tokens: list[str]) -> None:
         self._approvers, self._agents = checked_tokens(approver_tokens, agent_tokens)
@@ -91,7 +85,8 @@ class Auth:
 
 
 async def read_body(request: Request, model: type[BodyT], usage: str) -> BodyT | JSONResponse:
-    """The request's JSON body as `model`, or a 400 that says what was expected."""
+    """The request's JSON body as `model`, or a 400 that says what was expected (a body beyond the
+    cap is refused with 413 while it arrives: `api_guard`)."""
     try:
         return model.model_validate_json(await request.body())
     except ValidationError as exc:
@@ -99,7 +94,7 @@ async def read_body(request: Request, model: type[BodyT], usage: str) -> BodyT |
         return SafeJSONResponse({"error": f"body must be {usage}", "detail": detail}, status_code=400)
 
 
-def approval_routes(store: SessionStore, auth: Auth, clock: Callable[[], float] = time.time) -> list[Route]:
+def approval_routes(store: SessionStore, clock: Callable[[], float] = time.time) -> list[Route]:
     async def card_json(approval: ApprovalRecord) -> dict[str, Any]:
         card = (await card_for_approval(approval, store, clock())).model_dump(mode="json")
         reason = None if approval.reason is None else terminal_text(approval.reason, MAX_REASON_CHARS)
@@ -107,21 +102,15 @@ def approval_routes(store: SessionStore, auth: Auth, clock: Callable[[], float] 
         return card
 
     async def list_pending(request: Request) -> JSONResponse:
-        if (refused := auth.refuse(request)) is not None:
-            return refused
         return SafeJSONResponse({"approvals": [await card_json(a) for a in await store.pending_approvals()]})
 
     async def show(request: Request) -> JSONResponse:
-        if (refused := auth.refuse(request)) is not None:
-            return refused
         approval = await store.get_approval(request.path_params["approval_id"])
         if approval is None:
             return SafeJSONResponse({"error": "no such approval"}, status_code=404)
         return SafeJSONResponse({"approval": await card_json(approval)})
 
     async def decide(request: Request) -> JSONResponse:
-        if (refused := auth.refuse(request)) is not None:
-            return refused
         body = await read_body(request, DecisionRequest, '{"decision": "allow"|"deny", "reason"?: str}')
         if isinstance(body, JSONResponse):
             return body
@@ -144,6 +133,7 @@ def approvals_app(
     approver_tokens: list[str],
     agent_tokens: list[str],
     clock: Callable[[], float] = time.time,
+    guard: ApiGuardSettings = ApiGuardSettings(),
 ) -> Starlette:
-    """The approvals API alone (the host serves it within `host_api.host_app`)."""
-    return Starlette(routes=approval_routes(store, Auth(approver_tokens, agent_tokens), clock))
+    """The approvals API alone (the host serves it within `host_api.host_app`), guarded alike."""
+    return guarded_app(approval_routes(store, clock), [], Auth(approver_tokens, agent_tokens).refuse, guard)

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from . import cli_admin, cli_agent, cli_chat, cli_settings
+from .api_guard import add_api_guard_args
 from .cli_images import add_image_args
 from .approvals import DEFAULT_APPROVAL_TIMEOUT_SECONDS
 from .credentials import RemovedFlag, add_approver_token_args, add_token_args
@@ -115,6 +116,7 @@ def _parser() -> argparse.ArgumentParser:
     _store_arg(serve)
     add_approver_token_args(serve)
     add_token_args(serve)  # the agent's token, refused as an approver
+    add_api_guard_args(serve)
     serve.set_defaults(run=cli_admin.approvals_serve)
     alist = asub.add_parser("list", help="pending approvals")
     alist.add_argument("--url", required=True, help="e.g. http://127.0.0.1:8790")
@@ -152,6 +154,7 @@ def _agent_args(parser: argparse.ArgumentParser, demo: bool = False) -> None:
     parser.add_argument("--approvals-port", type=int,
                         help="also serve the host API (approvals, questions, steer, cancel, the live stream) and the web page on 127.0.0.1:PORT")
     add_approver_token_args(parser)
+    add_api_guard_args(parser)
     parser.add_argument("--max-model-calls", type=int, default=100)
     parser.add_argument("--instructions", help="system instructions for the model")
     parser.add_argument("--call-timeout", type=float, default=60.0, help="seconds to wait for one tool call")

@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 import httpx
 
+from .api_guard import api_guard_settings
 from .approvals_api import checked_tokens
 from .approvals_server import ApprovalsServer, bind_loopback
 from .credentials import agent_token, approver_token
@@ -73,11 +74,12 @@ def _print_session(session: SessionRecord, turns: list[TurnRecord], calls: list[
 
 def approvals_serve(args: argparse.Namespace) -> int:
     approvers, agents = checked_tokens([approver_token(args) or ""], [agent_token(args) or ""])
+    guard = api_guard_settings(args)
     sock = bind_loopback(args.port)
 
     async def go() -> int:
         async with SessionStore(store_path(args.store)) as store:
-            server = ApprovalsServer(host_app(store, approvers, agents), sock)
+            server = ApprovalsServer(host_app(store, approvers, agents, guard=guard), sock)
             print(f"approvals API on {server.url}", file=sys.stderr, flush=True)
             print(f"web page on {server.base_url}/ui/sessions/<session id>", file=sys.stderr, flush=True)
             await server.serve()

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import anyio
 
 from .approvals import ApprovalGate, ApprovalMode
+from .api_guard import ApiGuardSettings, api_guard_settings
 from .approvals_api import checked_tokens
 from .approvals_server import ApprovalsServer, bind_loopback
 from .builtins import Builtins
@@ -61,13 +62,14 @@ def model_client(spec: str, args: argparse.Namespace) -> ModelClient:
     raise ValueError(f"unknown model {spec!r}: use scripted, scripted:module:function or openai:<model>")
 
 
-def _api_socket(args: argparse.Namespace, token: str | None) -> tuple[list[str], socket.socket] | None:
-    """The approver tokens and the bound port of the in-process host API (None: not asked for).
-    ValueError, before anything starts, when it could not be served."""
+def _api_socket(args: argparse.Namespace, token: str | None) -> tuple[list[str], socket.socket, ApiGuardSettings] | None:
+    """The approver tokens, the bound port and the guards of the in-process host API (None: not
+    asked for). ValueError, before anything starts, when it could not be served."""
     if args.approvals_port is None:
         return None
     approvers, _ = checked_tokens([approver_token(args) or ""], [token or ""])
-    return approvers, bind_loopback(args.approvals_port)
+    guard = api_guard_settings(args)
+    return approvers, bind_loopback(args.approvals_port), guard
 
 
 @asynccontextmanager
@@ -107,7 +109,7 @@ async def open_host(args: argparse.Namespace, console: Console) -> AsyncIterator
         async with anyio.create_task_group() as tg:
             server: ApprovalsServer | None = None
             if api is not None:
-                server = ApprovalsServer(host_app(store, api[0], [token or ""]), api[1])
+                server = ApprovalsServer(host_app(store, api[0], [token or ""], guard=api[2]), api[1])
                 tg.start_soon(server.serve)
                 console.say(f"approvals API on {server.url}")
                 console.say(f"web page on {server.page_url(session.id)}")

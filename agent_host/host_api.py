@@ -2,6 +2,8 @@
 host, or `dex-agent approvals serve` on its own): the approvals API (`approvals_api`), sessions,
 questions, steering, cancelling and the live event stream (`session_api`), and the web page
 (`web_page`). Every data route takes an approver's bearer token; the agent's own is refused.
+The guards (`api_guard`: Host and Origin, the token before the body, the body cap) are applied
+once, as middleware.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections.abc import Callable
 import anyio
 from starlette.applications import Starlette
 
+from .api_guard import ApiGuardSettings, guarded_app
 from .approvals_api import Auth, approval_routes
 from .session_api import session_routes
 from .store import SessionStore
@@ -23,10 +26,12 @@ def host_app(
     approver_tokens: list[str],
     agent_tokens: list[str],
     clock: Callable[[], float] = time.time,
+    guard: ApiGuardSettings = ApiGuardSettings(),
 ) -> Starlette:
     """Build it inside the event loop that serves it; `app.state.shutdown` ends the live streams."""
     auth = Auth(approver_tokens, agent_tokens)
     shutdown = anyio.Event()
-    app = Starlette(routes=approval_routes(store, auth, clock) + session_routes(store, auth, shutdown, clock) + page_routes())
+    data = approval_routes(store, clock) + session_routes(store, shutdown, clock)
+    app = guarded_app(data, page_routes(), auth.refuse, guard)
     app.state.shutdown = shutdown
     return app

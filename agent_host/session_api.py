@@ -10,7 +10,8 @@ cancelling, approving a draft plan, and answering `ask_user` questions.
     GET  /questions/{id}              one question with its status
     POST /questions/{id}              {"answer": str} | {"decline": true} -> {"question", "replayed"}
 
-Authenticated like the approvals API (`approvals_api.Auth`). Every event is read from the store,
+Authenticated like the approvals API (`approvals_api.Auth`, checked before any body is read:
+`api_guard`). Every event is read from the store,
 where it was committed with the change it reports, with ids that only grow: a stream resumed
 with `Last-Event-ID`, even after the host restarted, continues with the next event and misses
 nothing. Every string that leaves is escaped for display (`session_events.inert`) and the JSON is
@@ -33,7 +34,7 @@ from starlette.routing import Route
 
 from . import session_events
 from .approvals import card_for_approval
-from .approvals_api import HTML_SAFE, Auth, SafeJSONResponse, read_body
+from .approvals_api import HTML_SAFE, SafeJSONResponse, read_body
 from .records import ControlKind, ControlRecord, QuestionRecord, QuestionStatus
 from .store import SessionStore
 
@@ -75,11 +76,9 @@ def _resume_after(request: Request) -> int | None:
 
 
 def session_routes(
-    store: SessionStore, auth: Auth, shutdown: anyio.Event, clock: Callable[[], float] = time.time
+    store: SessionStore, shutdown: anyio.Event, clock: Callable[[], float] = time.time
 ) -> list[Route]:
     async def session_or_404(request: Request) -> str | JSONResponse:
-        if (refused := auth.refuse(request)) is not None:
-            return refused
         session_id = request.path_params["session_id"]
         if await store.get_session(session_id) is None:
             return SafeJSONResponse({"error": "no such session"}, status_code=404)
@@ -145,30 +144,26 @@ def session_routes(
     async def steer(request: Request) -> JSONResponse:
         body = await read_body(request, SteerRequest, '{"text": str}')
         if isinstance(body, JSONResponse):
-            return auth.refuse(request) or body
+            return body
         return await control(request, ControlKind.STEER, body.text, None, "no turn is running: nothing to steer")
 
     async def cancel(request: Request) -> JSONResponse:
         body = await read_body(request, CancelRequest, '{"reason"?: str}')
         if isinstance(body, JSONResponse):
-            return auth.refuse(request) or body
+            return body
         return await control(request, ControlKind.CANCEL, body.reason, None, "no turn is running: nothing to cancel")
 
     async def approve_plan(request: Request) -> JSONResponse:
         body = await read_body(request, PlanApproval, '{"revision": int}')
         if isinstance(body, JSONResponse):
-            return auth.refuse(request) or body
+            return body
         refusal = "that revision is not a draft waiting for approval (or a turn is running)"
         return await control(request, ControlKind.EXECUTE_PLAN, None, body.revision, refusal)
 
     async def pending_questions(request: Request) -> JSONResponse:
-        if (refused := auth.refuse(request)) is not None:
-            return refused
         return SafeJSONResponse({"questions": [session_events.question(q) for q in await store.pending_questions()]})
 
     async def question_or_404(request: Request) -> QuestionRecord | JSONResponse:
-        if (refused := auth.refuse(request)) is not None:
-            return refused
         question = await store.get_question(request.path_params["question_id"])
         return question if question is not None else SafeJSONResponse({"error": "no such question"}, status_code=404)
 
