@@ -62,6 +62,9 @@ class HttpConnection(HttpWire):
         events: UpstreamEvents = NO_EVENTS,
         task_group: TaskGroup | None = None,
         roots: list[dict[str, Any]] | None = None,
+        max_response_bytes: int | None = None,
+        max_connections: int | None = None,
+        pool_timeout: float = 30.0,
     ) -> None:
         self._protocol_choice = protocol
         self._connect_timeout = connect_timeout
@@ -71,7 +74,9 @@ class HttpConnection(HttpWire):
             except OSError as exc:  # ssl.SSLError included: a missing or malformed PEM file
                 raise UpstreamNotSent(name, "the upstream's TLS settings cannot be loaded",
                                       detail=f"tls_ca_file {tls_ca_file!r}: {exc}") from None
-            transport = AiohttpTransport(connect_timeout=connect_timeout, ssl_context=context)
+            transport = AiohttpTransport(connect_timeout=connect_timeout, ssl_context=context,
+                                         max_response_bytes=max_response_bytes, max_connections=max_connections,
+                                         pool_timeout=pool_timeout)
         super().__init__(name, url, headers, transport, events, roots)
         self._era: Era | None = None  # set once, by the one negotiation
         self._negotiation_lock = anyio.Lock()
