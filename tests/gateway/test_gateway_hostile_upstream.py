@@ -126,13 +126,14 @@ async def test_an_endless_answer_is_cut_at_the_cap_with_the_result_limit_error(s
     async with connect(gateway.url, "legacy") as client:
         result = await client.call_tool(f"h__{tool}", {})
     elapsed = time.monotonic() - started
+    peak = peak_rss_kb(gateway.process.pid)
+    print(f"{tool}: gateway peak RSS {peak // 1024} MiB, error after {elapsed:.2f} s")
+    assert peak < RSS_CEILING_KB, f"the gateway peaked at {peak // 1024} MiB reading {tool}"
     text = text_of(result)
     assert result.is_error, text
     assert f"The result of h__{tool} is more than" in text, text
     assert "over this gateway's limit of 8388608 bytes (server.max_result_bytes)" in text, text
     assert elapsed < 20, f"the error took {elapsed:.1f} s"
-    peak = peak_rss_kb(gateway.process.pid)
-    assert peak < RSS_CEILING_KB, f"the gateway peaked at {peak // 1024} MiB reading {tool}"
     # The connection was closed: the upstream stopped long before its 1.5 GiB.
     await anyio.sleep(0.5)
     streamed = setup.hostile.stats()["streamed"] - before
