@@ -9,13 +9,15 @@ upstream process (tests/support/hostile_http_server.py), each failing on the cod
 * the gateway's own `_meta` keys (`dex-gateway/...`) sent by an upstream are dropped: a forged task
   marker does not turn the call into -32602, a forged replay marker never reaches the client;
 * at most `max_connections` connections per upstream: calls past them wait `pool_timeout_seconds`,
-  then fail as not sent (the idempotency key stays free, a retry runs).
+  then fail as not sent (the idempotency key stays free, a retry runs); near the process's
+  open-file limit no new upstream connection is opened, and the call fails as not sent, saying so.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 import threading
 import time
@@ -29,7 +31,8 @@ import httpx
 import pytest
 
 from tests.gateway.helpers import KEY, REPLAYED, all_tools, connect, meta_of, new_key, text_of
-from tests.support.gateway import RunningGateway, http_upstream, start_gateway, write_config
+from gateway.upstreams.transport import KEEPALIVE_SECONDS
+from tests.support.gateway import RunningGateway, gateway_argv, http_upstream, start_gateway, write_config
 from tests.support.processes import spawn_listening, terminate
 from tests.support.servers import REPO_ROOT
 
@@ -234,3 +237,53 @@ async def test_calls_past_max_connections_wait_then_fail_as_not_sent(setup: Setu
         again = await client.call_tool("h__slow", {"seconds": 2}, meta={KEY: keys[refused[0]]})
     assert text_of(again) == "slow done", text_of(again)
     assert REPLAYED not in meta_of(again)
+
+
+# -- 4b. the open-file limit -----------------------------------------------------------------------
+
+FD_LIMIT = 256
+
+
+def open_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def test_no_new_upstream_connection_near_the_open_file_limit(tmp_path: Path) -> None:
+    hostile = spawn_hostile()
+    config = write_config(tmp_path, {
+        # Client connections past the open-file headroom: the front's own cap must not stop them first.
+        "server": {"max_connections": FD_LIMIT},
+        "upstreams": [http_upstream("fd", hostile.url, protocol="handshake", max_attempts=1)],
+    })
+    lines: list[str] = []
+    argv = ["prlimit", f"--nofile={FD_LIMIT}:{FD_LIMIT}", "--",
+            *gateway_argv("serve", "--config", str(config), "--port", "0")]
+    process, url = spawn_listening(argv, cwd=REPO_ROOT, env=dict(os.environ), name="gateway", lines=lines,
+                                   ready_timeout=30, new_session=True)
+    held: list[socket.socket] = []
+    try:
+        assert url is not None, "\n".join(lines)
+        port = int(url.rsplit(":", 1)[1].split("/", 1)[0])
+        # The start-up listing's keep-alive connection expires (4 s): the call needs a new one.
+        time.sleep(KEEPALIVE_SECONDS + 1.5)
+        # Idle client connections take the gateway to the edge of its headroom (32 files left).
+        while open_fds(process.pid) < FD_LIMIT - 30:
+            held.append(socket.create_connection(("127.0.0.1", port)))
+            if len(held) % 16 == 0:
+                time.sleep(0.05)  # let the gateway accept them
+        in_use = open_fds(process.pid)
+        answer = httpx.post(url, timeout=30, headers={
+            "accept": "application/json, text/event-stream", "content-type": "application/json",
+            "mcp-protocol-version": "2025-11-25",
+        }, json={"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                 "params": {"name": "fd__forged_meta", "arguments": {}}})
+        assert answer.status_code == 200, answer.text
+        assert "the gateway is near its open-file limit (" in answer.text, (in_use, answer.text[:500])
+        assert f"of {FD_LIMIT} open files), so no new upstream connection is opened" in answer.text, answer.text[:500]
+        assert "Nothing was sent" in answer.text, answer.text[:500]
+        assert hostile.stats()["calls"].get("forged_meta", 0) == 0
+    finally:
+        for sock in held:
+            sock.close()
+        terminate(process)
+        terminate(hostile.process)
