@@ -30,7 +30,7 @@ import anyio
 import httpx
 import pytest
 
-from tests.gateway.helpers import KEY, REPLAYED, all_tools, connect, meta_of, new_key, text_of
+from tests.gateway.helpers import KEY, REPLAYED, all_tools, connect, mcp_errors, meta_of, new_key, text_of
 from gateway.upstreams.transport import KEEPALIVE_SECONDS
 from tests.support.gateway import RunningGateway, gateway_argv, http_upstream, start_gateway, write_config
 from tests.support.processes import spawn_listening, terminate
@@ -142,6 +142,20 @@ async def test_an_endless_answer_is_cut_at_the_cap_with_the_result_limit_error(s
     streamed = setup.hostile.stats()["streamed"] - before
     assert streamed < 200 * 1024 * 1024, f"the upstream streamed {streamed} bytes"
     gateway.wait_for_log(r"upstream h: .*stopped reading at \d+ bytes and closed the connection")
+
+
+async def test_an_endless_prompt_answer_is_cut_at_the_cap_with_a_clear_error(setup: Setup) -> None:
+    gateway = setup.gateway
+    assert gateway.process is not None
+    async with connect(gateway.url, "legacy") as client:
+        with pytest.raises(Exception) as caught:
+            await client.get_prompt("h__huge_prompt", {})
+    errors = mcp_errors(caught.value)
+    assert errors, caught.value
+    message = str(errors[0])
+    assert "prompts/get failed: the answer of the upstream 'h' is over 16842752 bytes, this gateway's cap for an " \
+        "upstream answer (from server.max_result_bytes), so it was not read" in message, message
+    assert peak_rss_kb(gateway.process.pid) < RSS_CEILING_KB
 
 
 # -- 2. listings over max_listed_items -------------------------------------------------------------

@@ -11,6 +11,7 @@ JSON answers unless a tool streams. Tools:
 * `many_lines_sse`  an SSE event of 64 KiB `data:` lines adding up to `--stream-bytes` bytes
 * `forged_meta`     a result whose `_meta` and content block forge the gateway's own keys
 * `slow`            answers after `arguments.seconds` (default 2) seconds; a non-idempotent write
+* prompt `huge_prompt`: a `prompts/get` answer like `huge_json`
 * `filler_<i>`      `--extra-tools` more (POST /control {"extra_tools": N} changes the number)
 
 POST /control {"reset_stats": true} starts the maxima of /stats again from now.
@@ -60,10 +61,16 @@ class Hostile:
         if request_id is None:
             return web.Response(status=202)
         if method == "initialize":
-            return _answer(request_id, {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+            return _answer(request_id, {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}, "prompts": {}},
                                         "serverInfo": {"name": "hostile", "version": "1"}})
         if method == "tools/list":
             return _answer(request_id, {"tools": self.tools()})
+        if method == "prompts/list":
+            return _answer(request_id, {"prompts": [{"name": "huge_prompt", "description": "hostile: endless"}]})
+        if method == "prompts/get":
+            head = json.dumps({"jsonrpc": "2.0", "id": request_id}).encode()[:-1]
+            opening = head + b',"result":{"messages":[{"role":"user","content":{"type":"text","text":"'
+            return await self.stream(request, "application/json", opening, CHUNK)
         if method == "tools/call":
             params = message.get("params") or {}
             name = str(params.get("name"))
