@@ -12,10 +12,13 @@ Errors raised by `request` (gateway/errors.py), as the outcome rules read them:
 
 * `UpstreamNotSent` -- the request provably never reached the upstream: the transport sent
   no byte of it (`RequestNotSent`), the negotiation failed or timed out before it, the
-  connection is closed, or the upstream twice answered 404 for a fresh session.
+  connection is closed, the upstream twice answered 404 for a fresh session, every connection of
+  the pool (`max_connections`) stayed busy for `pool_timeout_seconds`, or the process is near its
+  open-file limit (these last two say so in their reason).
 * `UpstreamInterrupted` -- it may have reached the upstream and no usable answer came: the
   connection broke after the request left (`RequestMaybeSent`), the call timed out, an HTTP
-  error status without a JSON-RPC error body, a body that is not JSON, a stream without an answer.
+  error status without a JSON-RPC error body, a body that is not JSON, a stream without an answer,
+  or `UpstreamAnswerTooLarge`: an answer (or one SSE event) over the cap, read no further.
 * `UpstreamRpcError` -- the upstream answered with a JSON-RPC error.
 """
 
