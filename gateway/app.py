@@ -44,6 +44,7 @@ from .subscriptions import ResourceWatch
 from .tasks import ObservedTaskStore, TaskRecord, Tasks
 from .tasks.runtime import open_tasks_store, start_tasks, task_requests
 from .telemetry import Telemetry
+from .limits import upstream_answer_cap
 from .upstreams.listing import ListingCache, ListKind
 from .upstreams.upstream import Upstream
 
@@ -147,6 +148,9 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
         body: dict[str, Any] = {"status": "ready"}
         if _may_see_detail(authenticator, request.headers.get("authorization")):
             body.update(upstreams=list(runtime.upstreams), catalog_listed=runtime.catalog_listed)
+            refused = {c.upstream.name: reasons for c in runtime.caches if (reasons := c.refusals())}
+            if refused:
+                body["refused_listings"] = refused
         return JSONResponse(body)
 
     routes: list[BaseRoute] = [
@@ -227,7 +231,8 @@ async def _build_runtime(
         lease_seconds=config.fences.lease_seconds,
         wait_seconds=config.fences.wait_seconds,
     )
-    upstreams = {u.name: Upstream(u, tg) for u in config.upstreams}
+    answer_cap = upstream_answer_cap(config)
+    upstreams = {u.name: Upstream(u, tg, max_answer_bytes=answer_cap) for u in config.upstreams}
     caches = [ListingCache(upstream, tg) for upstream in upstreams.values()]
     ops.watch_upstreams(caches)
     events = ClientEvents(Sessions())  # what changed, to each client in its era (gateway/front/events.py)

@@ -39,13 +39,14 @@ from .conventions.outcomes import (
 )
 from .errors import (
     UnknownToolError,
+    UpstreamAnswerTooLarge,
     UpstreamError,
     UpstreamInterrupted,
     UpstreamNotSent,
     UpstreamRefusedRequest,
     UpstreamRpcError,
 )
-from .limits import over_result_limit
+from .limits import answer_over_cap, over_result_limit
 from .media.stage import MediaStage
 from .media.validation import ImageRules
 from .fences import FenceRejected, Fences, FenceUnknown, Proceed, Replay, Ticket
@@ -229,7 +230,8 @@ class CallPipeline:
         sent = False
         attempt = 1
         while True:
-            event = await self._telemetry.attempt(route, attempt, _attempt(upstream, route.name, params, call.relay, request))
+            event = await self._telemetry.attempt(
+                route, attempt, _attempt(upstream, route.name, params, call.relay, request, self._max_result_bytes))
             sent = sent or not isinstance(event, NotSent)
             verdict = resolve_attempt(route.name, route.effect, attempt, event, max_attempts=route.max_attempts)
             if not isinstance(verdict, SendAgain):
@@ -240,7 +242,8 @@ class CallPipeline:
 
 
 async def _attempt(
-    upstream: Upstream, tool: str, params: dict[str, Any], relay: CallRelay | None, request: Request | None = None
+    upstream: Upstream, tool: str, params: dict[str, Any], relay: CallRelay | None, request: Request | None = None,
+    max_result_bytes: int = 0,
 ) -> AttemptEvent:
     send = request or upstream.request
 
@@ -253,6 +256,10 @@ async def _attempt(
     except UpstreamNotSent as exc:
         _log_detail(tool, exc)
         return NotSent(exc.reason)
+    except UpstreamAnswerTooLarge as exc:
+        # The upstream answered, too much to read: failed as the result limit says (gateway/limits.py).
+        _log_detail(tool, exc)
+        return Replied(answer_over_cap(tool, exc.read, max_result_bytes))
     except UpstreamInterrupted as exc:
         _log_detail(tool, exc)
         return Interrupted(exc.reason)

@@ -144,6 +144,9 @@ class _UpstreamBase(_Strict):
     call_timeout_seconds: float = Field(60.0, gt=0)
     max_attempts: int = Field(3, ge=1, le=3)
     list_ttl_seconds: float = Field(300.0, gt=0)
+    # Items one listing (tools, resources, templates, prompts; all its pages) may hold; a longer
+    # listing is refused whole and the previous one (or none) is kept.
+    max_listed_items: int = Field(10_000, gt=0)
     # Before an interrupted call is sent again: a random wait up to this x 2^(attempt-1).
     resend_backoff_seconds: float = Field(0.1, ge=0)
     # tools/call rate towards this upstream, over all principals (and replicas, with Redis).
@@ -178,6 +181,10 @@ class HttpUpstreamConfig(_UpstreamBase):
     # https:// only: a PEM bundle of the CA(s) that sign this upstream's certificate (a private
     # CA); used instead of the system store. Unset: the system store (SSL_CERT_FILE honoured).
     tls_ca_file: str | None = None
+    # Connections (= exchanges in flight) to this upstream at once; a call past them waits up to
+    # pool_timeout_seconds for one, then fails as not sent.
+    max_connections: int = Field(100, gt=0)
+    pool_timeout_seconds: float = Field(30.0, gt=0)
 
     @model_validator(mode="after")
     def _ca_file_needs_https(self) -> "HttpUpstreamConfig":

@@ -12,13 +12,17 @@ results (never a stack trace), and the call pipeline turns upstream failures int
     ├── UpstreamError             talking to an upstream MCP server failed
     │   ├── UpstreamNotSent       provably never sent: safe to send again
     │   ├── UpstreamInterrupted   may have been sent, no usable answer
+    │   │   └── UpstreamAnswerTooLarge  its answer passed the size cap: reading stopped
+    │   ├── UpstreamListingRefused  a listing has more items than max_listed_items
     │   └── UpstreamRpcError      the upstream answered with a JSON-RPC error
     ├── MediaError                an image cannot be taken, stored or served (gateway/media/)
     │   ├── InvalidImage          an image breaks a rule (type, size, base64, count); names the rule
     │   └── MediaStoreError       the media store or the grants table failed, or holds a bad object
     ├── TransportError            one HTTP exchange with an upstream failed (upstreams/transport.py)
     │   ├── RequestNotSent        provably no byte of the request left
+    │   │   └── LocalLimitReached  the gateway's own limit (connection pool, open files) held it back
     │   └── RequestMaybeSent      the request may have reached the server
+    │       └── ResponseTooLarge  the answer passed the size cap: reading stopped, connection closed
     └── ConnectorError            (gateway/connectors/errors.py) manifests, bindings, registrations
 
 `HttpConnection` turns transport errors into `UpstreamNotSent` / `UpstreamInterrupted`, so the
@@ -59,6 +63,20 @@ class UpstreamNotSent(UpstreamError):
 
 class UpstreamInterrupted(UpstreamError):
     """The request may have reached the upstream, and no usable answer came back."""
+
+
+class UpstreamAnswerTooLarge(UpstreamInterrupted):
+    """The upstream's answer passed the gateway's size cap; reading stopped and the connection was
+    closed. `read` bytes were read when it stopped, over `cap`."""
+
+    def __init__(self, upstream: str, *, read: int, cap: int) -> None:
+        super().__init__(upstream, f"the answer is over {cap} bytes, the gateway's cap for an upstream answer")
+        self.read = read
+        self.cap = cap
+
+
+class UpstreamListingRefused(UpstreamError):
+    """A listing of the upstream has more items than its `max_listed_items`: refused whole."""
 
 
 class UpstreamRpcError(UpstreamError):
@@ -123,6 +141,21 @@ class RequestNotSent(TransportError):
     handshake failure, connect timeout, invalid URL, closed transport. Safe to treat as never sent."""
 
 
+class LocalLimitReached(RequestNotSent):
+    """The gateway's own limit held the request back (every pooled connection busy past the pool
+    timeout, or the process near its open-file limit); the text is safe to show a client."""
+
+
 class RequestMaybeSent(TransportError):
     """The request (or part of it) may have reached the server, and the exchange failed after
     that: reset or EOF after writing, read error, malformed response. Never re-sent by the transport."""
+
+
+class ResponseTooLarge(RequestMaybeSent):
+    """The response passed the transport's size cap (a body, or one SSE event); reading stopped there
+    and the connection is closed, never reused. `read` bytes were read, over `cap`."""
+
+    def __init__(self, message: str, *, read: int, cap: int) -> None:
+        super().__init__(message)
+        self.read = read
+        self.cap = cap

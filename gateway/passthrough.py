@@ -20,7 +20,7 @@ from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, MISSING_REQUIRED_CLIENT_CA
 
 from .calls import forwardable_meta
 from .catalog import Catalog, PromptRoute
-from .errors import RequestError, UpstreamError, UpstreamRpcError
+from .errors import RequestError, UpstreamAnswerTooLarge, UpstreamError, UpstreamRpcError
 from .media.serving import MediaReader
 from .relay import CAPABILITY_OF, CallRelay
 from .scope import PrincipalScope
@@ -146,6 +146,10 @@ class Passthrough:
             result = await answer_rounds(again, params, result, relay)  # a handshake-era client is asked
         except UpstreamRpcError as exc:
             raise RequestError(exc.code, exc.rpc_message, exc.data) from None
+        except UpstreamAnswerTooLarge as exc:
+            raise RequestError(INTERNAL_ERROR, f"{method} failed: the answer of the upstream {upstream_name!r} is over "
+                               f"{exc.cap} bytes, this gateway's cap for an upstream answer (from server.max_result_bytes), "
+                               "so it was not read") from None
         except UpstreamError as exc:
             logger.warning("%s failed: %s", method, exc)
             raise RequestError(INTERNAL_ERROR, f"{method} failed: the upstream {upstream_name!r} did not answer") from None

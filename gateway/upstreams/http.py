@@ -12,10 +12,13 @@ Errors raised by `request` (gateway/errors.py), as the outcome rules read them:
 
 * `UpstreamNotSent` -- the request provably never reached the upstream: the transport sent
   no byte of it (`RequestNotSent`), the negotiation failed or timed out before it, the
-  connection is closed, or the upstream twice answered 404 for a fresh session.
+  connection is closed, the upstream twice answered 404 for a fresh session, every connection of
+  the pool (`max_connections`) stayed busy for `pool_timeout_seconds`, or the process is near its
+  open-file limit (these last two say so in their reason).
 * `UpstreamInterrupted` -- it may have reached the upstream and no usable answer came: the
   connection broke after the request left (`RequestMaybeSent`), the call timed out, an HTTP
-  error status without a JSON-RPC error body, a body that is not JSON, a stream without an answer.
+  error status without a JSON-RPC error body, a body that is not JSON, a stream without an answer,
+  or `UpstreamAnswerTooLarge`: an answer (or one SSE event) over the cap, read no further.
 * `UpstreamRpcError` -- the upstream answered with a JSON-RPC error.
 """
 
@@ -62,6 +65,9 @@ class HttpConnection(HttpWire):
         events: UpstreamEvents = NO_EVENTS,
         task_group: TaskGroup | None = None,
         roots: list[dict[str, Any]] | None = None,
+        max_response_bytes: int | None = None,
+        max_connections: int | None = None,
+        pool_timeout: float = 30.0,
     ) -> None:
         self._protocol_choice = protocol
         self._connect_timeout = connect_timeout
@@ -71,7 +77,9 @@ class HttpConnection(HttpWire):
             except OSError as exc:  # ssl.SSLError included: a missing or malformed PEM file
                 raise UpstreamNotSent(name, "the upstream's TLS settings cannot be loaded",
                                       detail=f"tls_ca_file {tls_ca_file!r}: {exc}") from None
-            transport = AiohttpTransport(connect_timeout=connect_timeout, ssl_context=context)
+            transport = AiohttpTransport(connect_timeout=connect_timeout, ssl_context=context,
+                                         max_response_bytes=max_response_bytes, max_connections=max_connections,
+                                         pool_timeout=pool_timeout)
         super().__init__(name, url, headers, transport, events, roots)
         self._era: Era | None = None  # set once, by the one negotiation
         self._negotiation_lock = anyio.Lock()

@@ -16,7 +16,16 @@ from typing import Any
 
 from mcp.shared.inbound import encode_header_value
 
-from ..errors import RequestMaybeSent, RequestNotSent, TransportError, UpstreamInterrupted, UpstreamNotSent
+from ..errors import (
+    LocalLimitReached,
+    RequestMaybeSent,
+    RequestNotSent,
+    ResponseTooLarge,
+    TransportError,
+    UpstreamAnswerTooLarge,
+    UpstreamInterrupted,
+    UpstreamNotSent,
+)
 from ..name_header import name_key
 from ..relay import CallRelay
 from .events import UpstreamEvents, route_event
@@ -120,7 +129,13 @@ class HttpWire:
         except RequestNotSent as exc:
             if entered:  # only a nested exchange can raise it here; ours was sent
                 raise UpstreamInterrupted(self.name, _BROKE, detail=str(exc)) from None
+            if isinstance(exc, LocalLimitReached):  # the gateway's own limit: its text says which
+                raise UpstreamNotSent(self.name, str(exc)) from None
             raise UpstreamNotSent(self.name, "could not connect to the upstream", detail=str(exc)) from None
+        except ResponseTooLarge as exc:
+            logger.warning("upstream %s: %s: stopped reading at %d bytes and closed the connection", self.name,
+                           exc, exc.read)
+            raise UpstreamAnswerTooLarge(self.name, read=exc.read, cap=exc.cap) from None
         except RequestMaybeSent as exc:
             raise UpstreamInterrupted(self.name, _BROKE, detail=str(exc)) from None
 

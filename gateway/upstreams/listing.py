@@ -3,6 +3,8 @@
 The first listing is awaited, bounded by the connect timeout, so a hung server never delays
 the others; after the TTL the cached list is served while one background refresh runs; a
 server that cannot be listed is left out and not asked again for `failure_backoff` seconds.
+A listing with more items than the upstream's `max_listed_items` is refused whole: the previous
+listing (or none) stays, and `refusals()` says why (reported by /readyz).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from ..errors import UpstreamError
+from ..errors import UpstreamError, UpstreamListingRefused
 from .upstream import Upstream
 
 logger = logging.getLogger(__name__)
@@ -45,6 +47,7 @@ class _Entry:
     failed_at: float | None = None
     inflight: anyio.Event | None = None
     inflight_since: float = 0.0
+    refused: str | None = None  # why the last listing was refused (too many items), if it was
 
 
 @dataclass
@@ -101,6 +104,10 @@ class ListingCache:
         failing = entry.failed_at is not None and entry.failed_at >= entry.fetched_at
         return not failing, max(0.0, self.clock() - entry.fetched_at)
 
+    def refusals(self) -> list[str]:
+        """Why listings of this upstream were refused on their last fetch (too many items)."""
+        return [entry.refused for entry in self._entries.values() if entry.refused is not None]
+
     def _start_fetch(self, kind: ListKind, entry: _Entry) -> anyio.Event:
         entry.inflight = anyio.Event()
         entry.inflight_since = self.clock()
@@ -113,6 +120,11 @@ class ListingCache:
             items = await self.upstream.list_all(
                 kind.method, kind.key, timeout=cfg.connect_timeout_seconds + cfg.call_timeout_seconds
             )
+        except UpstreamListingRefused as exc:
+            entry.failed_at = self.clock()
+            entry.refused = exc.reason
+            kept = "no listing is kept" if entry.items is None else f"the previous {len(entry.items)} items are kept"
+            logger.error("upstream %s: %s; %s (upstreams[].max_listed_items)", self.upstream.name, exc.reason, kept)
         except (UpstreamError, TimeoutError) as exc:
             entry.failed_at = self.clock()
             what = "listing failed" if entry.items is None else "refresh failed, serving the cached list"
@@ -126,6 +138,7 @@ class ListingCache:
             entry.items = items
             entry.fetched_at = self.clock()
             entry.failed_at = None
+            entry.refused = None
             if changed:
                 self.version += 1
                 if self.on_update is not None:

@@ -18,6 +18,7 @@ from mcp_types import (
     PROTOCOL_VERSION_META_KEY,
 )
 
+from ..conventions.keys import GATEWAY_PREFIX
 from ..errors import UpstreamInterrupted, UpstreamRpcError
 from ..protocol import CLIENT_INFO
 from ..relay import CallRelay, RelayRefused
@@ -88,7 +89,37 @@ def result_or_raise(upstream: str, message: Any) -> dict[str, Any]:
     result = message.get("result")
     if not isinstance(result, dict):
         raise UpstreamInterrupted(upstream, "unreadable response: no result object")
+    strip_gateway_keys(result)
     return result
+
+
+# Members that hold the upstream's own data, never an MCP object with a `_meta` of the protocol.
+_DATA_MEMBERS = frozenset({"structuredContent", "inputSchema", "outputSchema", "arguments", "_meta"})
+_MAX_META_DEPTH = 4
+
+
+def strip_gateway_keys(result: dict[str, Any]) -> None:
+    """Drop every `_meta` key under the gateway's own prefix (`dex-gateway/`) from an upstream result,
+    in place: the result's, and those of the MCP objects in it (listed items, content blocks, a task,
+    prompt messages) down to 4 levels. Only the gateway writes these keys (replay marker, task
+    marker, image references): an upstream that sends them would forge them. Every upstream result
+    passes here (`result_or_raise`), before the gateway adds its own."""
+    _strip(result, _MAX_META_DEPTH)
+
+
+def _strip(node: Any, depth: int) -> None:
+    if isinstance(node, dict):
+        meta = node.get("_meta")
+        if isinstance(meta, dict) and any(isinstance(k, str) and k.startswith(GATEWAY_PREFIX) for k in meta):
+            node["_meta"] = {k: v for k, v in meta.items() if not (isinstance(k, str) and k.startswith(GATEWAY_PREFIX))}
+        if depth > 0:
+            for key, value in node.items():
+                if key not in _DATA_MEMBERS and isinstance(value, (dict, list)):
+                    _strip(value, depth - 1)
+    elif isinstance(node, list) and depth > 0:
+        for item in node:
+            if isinstance(item, (dict, list)):
+                _strip(item, depth - 1)
 
 
 async def deliver_notification(message: dict[str, Any], relay: CallRelay | None) -> None:

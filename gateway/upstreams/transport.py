@@ -30,6 +30,17 @@ and redirects are not followed (a 307/308 would re-send a POST body), so a POST 
 server at most once per `stream` call. Whether a call is sent again is the gateway's outcome
 rules' decision alone.
 
+Caps (what one upstream can make the gateway hold):
+
+* `max_response_bytes`: a body read whole (`aread`) and one SSE event (its lines up to the blank
+  line that ends it, one endless line included) stop at this many bytes: `ResponseTooLarge` (a
+  `RequestMaybeSent`), and the half-read connection is closed, never reused. A `Content-Length`
+  over it is refused before any byte of the body is read.
+* `max_connections`: exchanges in flight at once (HTTP/1.1: one per connection), so at most this
+  many connections to the upstream. One more waits up to `pool_timeout` seconds for a slot, then
+  fails with `LocalLimitReached` (a `RequestNotSent`: nothing was sent). A new connection is not
+  opened either when the process is near its open-file limit (`LocalLimitReached` alike).
+
 Pool settings: keep-alive idle expiry 4 s (below uvicorn's and Node's 5 s, so we drop an idle
 connection before the server does), TCP_NODELAY (aiohttp sets it on every connection), no
 cookies, no decompression (no Accept-Encoding is sent either), no redirects, no proxy or netrc
@@ -41,7 +52,9 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import os
 import re
+import resource
 import select
 import ssl
 import weakref
@@ -57,7 +70,7 @@ from aiohttp.connector import Connection as _PooledConnection
 from aiohttp.http_exceptions import HttpProcessingError
 from yarl import URL
 
-from ..errors import RequestMaybeSent, RequestNotSent
+from ..errors import LocalLimitReached, RequestMaybeSent, RequestNotSent, ResponseTooLarge
 
 __all__ = [
     "KEEPALIVE_SECONDS",
@@ -67,6 +80,7 @@ __all__ = [
     "HttpResponse",
     "HttpTransport",
     "ChunkedBody",
+    "fd_headroom_error",
     "iter_lines",
     "ssl_context",
 ]
@@ -119,13 +133,18 @@ class HttpTransport(Protocol):
     async def aclose(self) -> None: ...
 
 
-async def iter_lines(next_chunk: Callable[[], Awaitable[bytes]]) -> AsyncIterator[str]:
+async def iter_lines(
+    next_chunk: Callable[[], Awaitable[bytes]], max_event_bytes: int | None = None
+) -> AsyncIterator[str]:
     """Split a body into lines as chunks arrive (`next_chunk()` returns b"" at the end).
 
     Every SSE line ending is honoured, also when a \\r\\n pair is split across two chunks; a
-    last unterminated line is yielded at the end of the body."""
+    last unterminated line is yielded at the end of the body. With `max_event_bytes`, the lines
+    of one SSE event (up to the blank line that ends it) and a line still unterminated hold at
+    most that many bytes together: past it, ResponseTooLarge, and nothing more is read."""
     pending = b""
     skip_lf = False  # the previous chunk ended in \r: a \n opening this one belongs to it
+    event_bytes = 0  # bytes of the lines of the SSE event being read (since the last blank line)
     while chunk := await next_chunk():
         if skip_lf:
             skip_lf = False
@@ -140,6 +159,16 @@ async def iter_lines(next_chunk: Callable[[], Awaitable[bytes]]) -> AsyncIterato
         else:
             lines = data.split(b"\n")
         pending = lines.pop()
+        if max_event_bytes is not None:
+            for line in lines:
+                event_bytes = 0 if not line else event_bytes + len(line) + 1
+                if event_bytes > max_event_bytes:
+                    break
+            if event_bytes + len(pending) > max_event_bytes:
+                read = event_bytes + len(pending)
+                raise ResponseTooLarge(
+                    f"an event of the response stream is over {max_event_bytes} bytes", read=read, cap=max_event_bytes
+                )
         for line in lines:
             yield line.decode("utf-8", "replace")
     if pending:
@@ -149,16 +178,33 @@ async def iter_lines(next_chunk: Callable[[], Awaitable[bytes]]) -> AsyncIterato
 class ChunkedBody:
     """`aiter_lines` and `drain` for a response that can hand out its body chunk by chunk."""
 
+    max_event_bytes: int | None = None  # the cap of one SSE event (see iter_lines)
+
     async def _next_chunk(self) -> bytes:
         raise NotImplementedError
 
     def aiter_lines(self) -> AsyncIterator[str]:
-        return iter_lines(self._next_chunk)
+        return iter_lines(self._next_chunk, self.max_event_bytes)
 
     async def drain(self, timeout: float) -> None:
         with anyio.move_on_after(timeout):
             while await self._next_chunk():
                 pass
+
+
+def fd_headroom_error(reserve_fraction: float = 0.05, minimum_reserve: int = 32) -> str | None:
+    """Why no new connection may be opened now: the process is near its open-file limit (fewer than
+    5 % of the soft limit, at least 32, left), or None. None also where open files cannot be counted."""
+    try:
+        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft == resource.RLIM_INFINITY or soft <= 0:
+            return None
+        in_use = len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return None
+    if in_use < soft - max(minimum_reserve, int(soft * reserve_fraction)):
+        return None
+    return f"the gateway is near its open-file limit ({in_use} of {soft} open files), so no new upstream connection is opened"
 
 
 def ssl_context(ca_file: str | None = None) -> ssl.SSLContext:
@@ -229,14 +275,21 @@ class _Connector(aiohttp.TCPConnector):
             attempt.connected = True
         return connection
 
+    async def _create_connection(self, req: Any, traces: Any, timeout: aiohttp.ClientTimeout) -> Any:
+        # Only for a new connection (a pooled one is reused without it): a new socket needs a file.
+        if (why := fd_headroom_error()) is not None:
+            raise LocalLimitReached(why)
+        return await super()._create_connection(req, traces, timeout)
+
 
 class _AiohttpResponse(ChunkedBody):
-    __slots__ = ("status", "headers", "_response")
+    __slots__ = ("status", "headers", "_response", "max_event_bytes")
 
-    def __init__(self, response: aiohttp.ClientResponse) -> None:
+    def __init__(self, response: aiohttp.ClientResponse, max_bytes: int | None) -> None:
         self.status: int = response.status
         self.headers: Mapping[str, str] = response.headers
         self._response = response
+        self.max_event_bytes = max_bytes
 
     @property
     def finished(self) -> bool:
@@ -249,10 +302,21 @@ class _AiohttpResponse(ChunkedBody):
             raise RequestMaybeSent(f"connection broke while reading the response: {_describe(exc)}") from exc
 
     async def aread(self) -> bytes:
-        try:
-            return await self._response.read()
-        except _EXCHANGE_ERRORS as exc:
-            raise RequestMaybeSent(f"connection broke while reading the response: {_describe(exc)}") from exc
+        cap = self.max_event_bytes
+        if cap is None:
+            try:
+                return await self._response.read()
+            except _EXCHANGE_ERRORS as exc:
+                raise RequestMaybeSent(f"connection broke while reading the response: {_describe(exc)}") from exc
+        declared = self._response.content_length
+        if declared is not None and declared > cap:
+            raise ResponseTooLarge(f"the response declares {declared} bytes, over {cap}", read=declared, cap=cap)
+        body = bytearray()
+        while chunk := await self._next_chunk():
+            body += chunk
+            if len(body) > cap:
+                raise ResponseTooLarge(f"the response is over {cap} bytes", read=len(body), cap=cap)
+        return bytes(body)
 
     def close(self) -> None:
         if self.finished:
@@ -274,8 +338,15 @@ class AiohttpTransport:
         ssl_context: ssl.SSLContext | None = None,
         keepalive_expiry: float = KEEPALIVE_SECONDS,
         resolver: AbstractResolver | None = None,
+        max_response_bytes: int | None = None,
+        max_connections: int | None = None,
+        pool_timeout: float = 30.0,
     ) -> None:
         self._connect_timeout = connect_timeout
+        self._max_response_bytes = max_response_bytes
+        self._max_connections = max_connections
+        self._pool_timeout = pool_timeout
+        self._slots: anyio.Semaphore | None = None
         self._default_headers = {"user-agent": USER_AGENT, **{k.lower(): v for k, v in (default_headers or {}).items()}}
         self._ssl: ssl.SSLContext | bool = ssl_context if ssl_context is not None else True
         self._keepalive_expiry = keepalive_expiry
@@ -288,7 +359,7 @@ class AiohttpTransport:
         if self._session is None:
             connector = _Connector(
                 keepalive_timeout=self._keepalive_expiry,
-                limit=0,  # no cap: concurrency is bounded by the gateway's own limits, as before
+                limit=self._max_connections or 0,  # the slots below keep to it; 0: no cap
                 ssl=self._ssl,
                 resolver=self._resolver,
             )
@@ -325,6 +396,29 @@ class AiohttpTransport:
         if self._closed:
             raise RequestNotSent("the HTTP transport is closed")
         url = self._url(request.url)
+        if self._max_connections is None:
+            async with self._exchange(request, url) as response:
+                yield response
+            return
+        if self._slots is None:
+            self._slots = anyio.Semaphore(self._max_connections)
+        slots = self._slots
+        try:
+            with anyio.fail_after(self._pool_timeout):
+                await slots.acquire()
+        except TimeoutError:
+            raise LocalLimitReached(
+                f"all {self._max_connections} connections to the upstream (max_connections) stayed busy for "
+                f"{self._pool_timeout:g} s (pool_timeout_seconds), so the request was not sent"
+            ) from None
+        try:
+            async with self._exchange(request, url) as response:
+                yield response
+        finally:
+            slots.release()
+
+    @asynccontextmanager
+    async def _exchange(self, request: HttpRequest, url: URL) -> AsyncIterator[_AiohttpResponse]:
         session = self._client()
         attempt = _Attempt()
         token = _ATTEMPT.set(attempt)
@@ -343,7 +437,7 @@ class AiohttpTransport:
             raise RequestNotSent(f"cannot connect to {where}: {_describe(exc)}") from exc
         finally:
             _ATTEMPT.reset(token)
-        wrapped = _AiohttpResponse(response)
+        wrapped = _AiohttpResponse(response, self._max_response_bytes)
         try:
             yield wrapped
         finally:

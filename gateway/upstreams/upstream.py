@@ -22,7 +22,7 @@ from anyio.abc import TaskGroup
 from mcp_types import METHOD_NOT_FOUND
 
 from ..config import HttpUpstreamConfig, StdioUpstreamConfig
-from ..errors import UpstreamError, UpstreamInterrupted, UpstreamNotSent, UpstreamRpcError
+from ..errors import UpstreamError, UpstreamInterrupted, UpstreamListingRefused, UpstreamNotSent, UpstreamRpcError
 from ..relay import CallRelay
 from ..telemetry.tracing import upstream_request_span
 from .http import HttpConnection
@@ -33,8 +33,16 @@ logger = logging.getLogger(__name__)
 
 
 class Upstream:
-    def __init__(self, config: StdioUpstreamConfig | HttpUpstreamConfig, task_group: TaskGroup) -> None:
+    def __init__(
+        self,
+        config: StdioUpstreamConfig | HttpUpstreamConfig,
+        task_group: TaskGroup,
+        *,
+        max_answer_bytes: int | None = None,
+    ) -> None:
         self.config = config
+        # An HTTP answer (a body, or one SSE event) is not read past this (gateway/limits.py).
+        self.max_answer_bytes = max_answer_bytes
         self.name = config.name
         self._task_group = task_group
         self._connection: Connection | None = None
@@ -107,7 +115,9 @@ class Upstream:
         return getattr(connection, "protocol_version", None), bool(getattr(connection, "stateless", False))
 
     async def list_all(self, method: str, key: str, *, timeout: float) -> list[dict[str, Any]]:
-        """Every page of a list method; a server without the method lists nothing."""
+        """Every page of a list method; a server without the method lists nothing. Raises
+        UpstreamListingRefused once the pages hold more than `max_listed_items` items."""
+        cap = self.config.max_listed_items
         items: list[dict[str, Any]] = []
         cursor: str | None = None
         seen_cursors: set[str] = set()
@@ -123,6 +133,10 @@ class Upstream:
                 if not isinstance(entries, list):
                     raise UpstreamInterrupted(self.name, f"{method} answer has no {key!r} list")
                 items.extend(e for e in entries if isinstance(e, dict))
+                if len(items) > cap:
+                    raise UpstreamListingRefused(
+                        self.name, f"{method} lists more than {cap} items (at least {len(items)}), over its "
+                        f"max_listed_items of {cap}; the listing is refused")
                 cursor = page.get("nextCursor")
                 if not cursor:
                     return items
@@ -173,6 +187,9 @@ class Upstream:
             events=self,
             task_group=self._task_group,
             roots=self._roots(),
+            max_response_bytes=self.max_answer_bytes,
+            max_connections=cfg.max_connections,
+            pool_timeout=cfg.pool_timeout_seconds,
         )
 
     def _roots(self) -> list[dict[str, Any]] | None:
