@@ -224,7 +224,9 @@ async def _build_runtime(
         lease_seconds=config.fences.lease_seconds,
         wait_seconds=config.fences.wait_seconds,
     )
-    upstreams = {u.name: Upstream(u, tg) for u in config.upstreams}
+    metrics = ops.telemetry.metrics
+    upstreams = {u.name: Upstream(u, tg, metrics.notifications_dropped_of(u.name) if metrics else None)
+                 for u in config.upstreams}
     caches = [ListingCache(upstream, tg) for upstream in upstreams.values()]
     ops.watch_upstreams(caches)
     events = ClientEvents(Sessions())  # what changed, to each client in its era (gateway/front/events.py)

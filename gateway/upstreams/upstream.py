@@ -26,6 +26,7 @@ from ..errors import UpstreamError, UpstreamInterrupted, UpstreamNotSent, Upstre
 from ..relay import CallRelay
 from ..telemetry.tracing import upstream_request_span
 from .http import HttpConnection
+from .notices import OnDrop, ignore_drops
 from .rpc import Connection
 from .stdio import StdioConnection
 
@@ -33,10 +34,13 @@ logger = logging.getLogger(__name__)
 
 
 class Upstream:
-    def __init__(self, config: StdioUpstreamConfig | HttpUpstreamConfig, task_group: TaskGroup) -> None:
+    def __init__(
+        self, config: StdioUpstreamConfig | HttpUpstreamConfig, task_group: TaskGroup, on_drop: OnDrop | None = None
+    ) -> None:
         self.config = config
         self.name = config.name
         self._task_group = task_group
+        self._on_drop = on_drop or ignore_drops  # a call's notification coalesced or dropped (its kind)
         self._connection: Connection | None = None
         self._connect_lock = anyio.Lock()
         # Called when the upstream says one of its lists changed (listing caches refresh).
@@ -162,6 +166,9 @@ class Upstream:
                 events=self,
                 protocol=cfg.protocol,
                 roots=self._roots(),
+                max_inbound_requests=cfg.max_inbound_requests,
+                max_queued_notifications=cfg.max_queued_notifications,
+                on_drop=self._on_drop,
             )
         return HttpConnection(
             self.name,

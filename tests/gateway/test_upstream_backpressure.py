@@ -1,0 +1,118 @@
+"""Back-pressure from an upstream, against a real `dex-gateway serve` and real stdio upstreams:
+
+* a client that never reads its streamed answer to a chatty call (many progress and log
+  notifications) costs the other principals nothing: their calls to the same stdio upstream are
+  answered at once (notifications wait in the call's own bounded queue, never in the reader);
+* an upstream that floods the gateway with `ping` requests during a call cannot grow the gateway's
+  memory: past `max_inbound_requests` it is answered with an error at once, and the call completes.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.gateway.test_gateway_http import sha
+from tests.support.gateway import RunningGateway, start_gateway, write_config
+from tests.support.servers import REPO_ROOT
+
+pytestmark = [pytest.mark.timeout(120)]
+
+HANDSHAKE = "2025-11-25"
+TOKENS = {"alice": "alice-backpressure-token", "bob": "bob-backpressure-token"}
+METRICS_TOKEN = "metrics-backpressure-token"
+SUPPORT = REPO_ROOT / "tests" / "support"
+
+
+def _headers(principal: str) -> dict[str, str]:
+    return {"accept": "application/json, text/event-stream", "content-type": "application/json",
+            "mcp-protocol-version": HANDSHAKE, "authorization": f"Bearer {TOKENS[principal]}"}
+
+
+def _call(tool: str, arguments: dict[str, Any], *, request_id: int = 1, progress: bool = False) -> dict[str, Any]:
+    params: dict[str, Any] = {"name": tool, "arguments": arguments}
+    if progress:
+        params["_meta"] = {"progressToken": f"p-{request_id}"}
+    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+
+
+def _answer(response: httpx.Response) -> dict[str, Any]:
+    """The JSON-RPC answer of a POST (a JSON body, or the last data event of an SSE stream)."""
+    assert response.status_code == 200, response.text
+    if response.headers["content-type"].startswith("application/json"):
+        return dict(response.json())
+    events = [line[5:].strip() for line in response.text.splitlines() if line.startswith("data:")]
+    return dict(json.loads(events[-1]))
+
+
+def _text(answer: dict[str, Any]) -> str:
+    assert "result" in answer, answer
+    return str(answer["result"]["content"][0]["text"])
+
+
+def _upstream(name: str, script: str, **options: Any) -> dict[str, Any]:
+    return {"name": name, "transport": "stdio", "command": sys.executable, "args": [str(SUPPORT / script)],
+            "cwd": str(REPO_ROOT), "default_tool_effect": "read", **options}
+
+
+@pytest.fixture
+def gateway(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[RunningGateway]:
+    upstream = request.param
+    config = write_config(tmp_path, {
+        "auth": {"tokens": [{"principal": p, "token_sha256": sha(t)} for p, t in TOKENS.items()]},
+        "telemetry": {"metrics_token_sha256": sha(METRICS_TOKEN)},
+        "upstreams": [upstream],
+    })
+    with start_gateway(config) as running:
+        yield running
+
+
+def _stalled_post(url: str, body: dict[str, Any], headers: dict[str, str]) -> socket.socket:
+    """Send a POST from a socket with a tiny receive buffer, and never read its answer."""
+    host, _, rest = url.removeprefix("http://").partition("/")
+    address, _, port = host.rpartition(":")
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)  # before connect: the window stays small
+    sock.connect((address, int(port)))
+    payload = json.dumps(body).encode()
+    head = [f"POST /{rest} HTTP/1.1", f"host: {host}", f"content-length: {len(payload)}"]
+    head += [f"{name}: {value}" for name, value in headers.items()]
+    sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode() + payload)
+    return sock
+
+
+@pytest.mark.parametrize("gateway", [_upstream("chat", "chatty_server.py")], indirect=True)
+def test_a_client_that_never_reads_a_chatty_call_does_not_stall_other_principals(gateway: RunningGateway) -> None:
+    with httpx.Client(timeout=30) as http:
+        # The upstream process is started and listed.
+        assert _text(_answer(http.post(gateway.url, headers=_headers("bob"), json=_call("chat__quick", {"text": "warm"})))) == "quick: warm"
+        stalled = _stalled_post(gateway.url, _call("chat__chatty", {"count": 5_000, "size": 8_000}, progress=True), _headers("alice"))
+        try:
+            time.sleep(2.0)  # alice's stream fills every buffer between her socket and the gateway
+            for attempt in range(5):
+                started = time.monotonic()
+                try:
+                    answer = _answer(http.post(gateway.url, headers=_headers("bob"), timeout=5.0,
+                                               json=_call("chat__quick", {"text": f"b{attempt}"}, request_id=10 + attempt)))
+                except httpx.ReadTimeout:
+                    pytest.fail(f"bob's call {attempt} was not answered within 5 s while alice does not read")
+                elapsed = time.monotonic() - started
+                assert _text(answer) == f"quick: b{attempt}"
+                assert elapsed < 2.0, f"bob's call {attempt} took {elapsed:.2f} s"
+                time.sleep(0.3)
+        finally:
+            stalled.close()
+    metrics = httpx.get(gateway.base + "/metrics", headers={"authorization": f"Bearer {METRICS_TOKEN}"}, timeout=10).text
+    # The slow client's notifications were coalesced (progress) and dropped (logs), and counted.
+    dropped = {kind: float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+               for kind in ("progress", "log")
+               if line.startswith(f'dex_gateway_upstream_notifications_dropped_total{{kind="{kind}",upstream="chat"}}')}
+    assert dropped.get("progress", 0) > 0 and dropped.get("log", 0) > 0, metrics
