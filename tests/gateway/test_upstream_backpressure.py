@@ -116,3 +116,41 @@ def test_a_client_that_never_reads_a_chatty_call_does_not_stall_other_principals
                for kind in ("progress", "log")
                if line.startswith(f'dex_gateway_upstream_notifications_dropped_total{{kind="{kind}",upstream="chat"}}')}
     assert dropped.get("progress", 0) > 0 and dropped.get("log", 0) > 0, metrics
+
+
+def _memory_kib(pid: int, field: str) -> int:
+    """A memory figure of a process from /proc (VmRSS: now, VmHWM: its peak), in KiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise AssertionError(f"no {field} for process {pid}")
+
+
+PINGS = 20_000  # the finding had 100,000 (+524 MiB before the fix; +1.3 MiB after)
+
+
+@pytest.mark.parametrize("gateway", [_upstream("flood", "ping_flood_server.py", max_inbound_requests=8)], indirect=True)
+def test_an_upstream_flooding_pings_during_a_call_cannot_grow_the_gateways_memory(gateway: RunningGateway) -> None:
+    assert gateway.process is not None
+    pid = gateway.process.pid
+    with httpx.Client(timeout=60) as http:
+        stats = json.loads(_text(_answer(http.post(gateway.url, headers=_headers("bob"), json=_call("flood__stats", {})))))
+        assert stats["answered"] == 0
+        before = _memory_kib(pid, "VmRSS")
+        answer = _answer(http.post(gateway.url, headers=_headers("bob"), json=_call("flood__flood", {"count": PINGS})))
+        assert _text(answer) == f"flood: sent {PINGS} pings"
+        peak = _memory_kib(pid, "VmHWM")
+        # Every ping got an answer (pings the gateway had room for) or an error at once (the rest).
+        deadline = time.monotonic() + 30
+        while True:
+            stats = json.loads(_text(_answer(http.post(gateway.url, headers=_headers("bob"), json=_call("flood__stats", {})))))
+            if stats["answered"] + stats["refused"] == PINGS or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+    grown_mib = (peak - before) / 1024
+    print(f"gateway memory grew {grown_mib:.1f} MiB at its peak; pings {stats}")
+    assert grown_mib < 40, f"the gateway grew by {grown_mib:.0f} MiB answering {PINGS} pings"
+    assert stats["answered"] + stats["refused"] == PINGS, stats
+    assert stats["refused"] > 0, stats
+    assert "too many requests from upstream flood" in stats["refusal"], stats
+    assert "already answering 8 of them (upstreams.flood.max_inbound_requests)" in stats["refusal"], stats
