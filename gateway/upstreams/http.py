@@ -33,7 +33,8 @@ from ..relay import CallRelay
 from .events import NO_EVENTS, ResourceSubscriptions, UpstreamEvents
 from .http_streams import EventStreams
 from .http_wire import SESSION_HEADER, Era, HttpWire, SessionLost
-from .rpc import CLIENT_CAPABILITIES, CLIENT_INFO, HANDSHAKE_VERSION, MODERN_VERSION, request_meta
+from .notices import DEFAULT_MAX_QUEUED, OnDrop, ignore_drops
+from .rpc import CLIENT_CAPABILITIES, CLIENT_INFO, DEFAULT_MAX_INBOUND, HANDSHAKE_VERSION, MODERN_VERSION, request_meta
 from .transport import AiohttpTransport, HttpRequest, HttpTransport, ssl_context
 
 __all__ = ["HttpConnection"]
@@ -62,6 +63,9 @@ class HttpConnection(HttpWire):
         events: UpstreamEvents = NO_EVENTS,
         task_group: TaskGroup | None = None,
         roots: list[dict[str, Any]] | None = None,
+        max_inbound_requests: int = DEFAULT_MAX_INBOUND,
+        max_queued_notifications: int = DEFAULT_MAX_QUEUED,
+        on_drop: OnDrop = ignore_drops,
     ) -> None:
         self._protocol_choice = protocol
         self._connect_timeout = connect_timeout
@@ -72,7 +76,8 @@ class HttpConnection(HttpWire):
                 raise UpstreamNotSent(name, "the upstream's TLS settings cannot be loaded",
                                       detail=f"tls_ca_file {tls_ca_file!r}: {exc}") from None
             transport = AiohttpTransport(connect_timeout=connect_timeout, ssl_context=context)
-        super().__init__(name, url, headers, transport, events, roots)
+        super().__init__(name, url, headers, transport, events, roots, max_inbound_requests=max_inbound_requests,
+                         max_queued_notifications=max_queued_notifications, on_drop=on_drop)
         self._era: Era | None = None  # set once, by the one negotiation
         self._negotiation_lock = anyio.Lock()
         self._negotiations = 0  # finished (or abandoned) negotiation attempts

@@ -217,15 +217,21 @@ class StdioConnection:
         relay: CallRelay | None = None,
     ) -> dict[str, Any]:
         notices = CallNotices(self._max_queued, self._on_drop) if relay is not None else None
+        answer: dict[str, Any] = {}
+        failure: UpstreamError | None = None
         try:
             with anyio.fail_after(timeout):
                 answer = await self._exchange(method, params, relay, anyio.current_time() + timeout, notices)
         except TimeoutError:
-            raise UpstreamInterrupted(self._name, f"no answer within {timeout:g} s") from None
+            failure = UpstreamInterrupted(self._name, f"no answer within {timeout:g} s")
+        except UpstreamError as exc:
+            failure = exc
         if notices is not None and relay is not None:
             # What the upstream said before answering reaches the client ahead of the answer (outside
             # the call timeout: a slow client must not turn a received answer into an interruption).
             await notices.flush(relay)
+        if failure is not None:
+            raise failure
         return result_or_raise(self._name, answer)
 
     async def _call(self, method: str, params: dict[str, Any] | None, relay: CallRelay | None) -> dict[str, Any]:

@@ -180,6 +180,9 @@ class Upstream:
             events=self,
             task_group=self._task_group,
             roots=self._roots(),
+            max_inbound_requests=cfg.max_inbound_requests,
+            max_queued_notifications=cfg.max_queued_notifications,
+            on_drop=self._on_drop,
         )
 
     def _roots(self) -> list[dict[str, Any]] | None:
