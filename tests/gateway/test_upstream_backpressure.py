@@ -1,8 +1,9 @@
-"""Back-pressure from an upstream, against a real `dex-gateway serve` and real stdio upstreams:
+"""Back-pressure from an upstream, against a real `dex-gateway serve` and real upstream processes:
 
 * a client that never reads its streamed answer to a chatty call (many progress and log
-  notifications) costs the other principals nothing: their calls to the same stdio upstream are
-  answered at once (notifications wait in the call's own bounded queue, never in the reader);
+  notifications) costs the other principals nothing: their calls to the same upstream are
+  answered at once, a stdio process (notifications wait in the call's own bounded queue, never in
+  the reader) or an HTTP upstream's one session (the call's stream is read whatever its client does);
 * an upstream that floods the gateway with `ping` requests during a call cannot grow the gateway's
   memory: past `max_inbound_requests` it is answered with an error at once, and the call completes.
 """
@@ -10,6 +11,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import sys
 import time
@@ -22,6 +24,7 @@ import pytest
 
 from tests.gateway.test_gateway_http import sha
 from tests.support.gateway import RunningGateway, start_gateway, write_config
+from tests.support.processes import spawn_listening, terminate
 from tests.support.servers import REPO_ROOT
 
 pytestmark = [pytest.mark.timeout(120)]
@@ -89,12 +92,14 @@ def _stalled_post(url: str, body: dict[str, Any], headers: dict[str, str]) -> so
     return sock
 
 
-@pytest.mark.parametrize("gateway", [_upstream("chat", "chatty_server.py")], indirect=True)
-def test_a_client_that_never_reads_a_chatty_call_does_not_stall_other_principals(gateway: RunningGateway) -> None:
+def _others_are_not_stalled(gateway: RunningGateway) -> None:
+    """Alice calls chat__chatty and never reads its stream; bob's calls to the same upstream are
+    answered at once all along; the notifications alice missed are counted."""
     with httpx.Client(timeout=30) as http:
         # The upstream process is started and listed.
         assert _text(_answer(http.post(gateway.url, headers=_headers("bob"), json=_call("chat__quick", {"text": "warm"})))) == "quick: warm"
-        stalled = _stalled_post(gateway.url, _call("chat__chatty", {"count": 5_000, "size": 8_000}, progress=True), _headers("alice"))
+        stalled = _stalled_post(gateway.url, _call("chat__chatty", {"count": 5_000, "size": 8_000}, progress=True),
+                                _headers("alice"))
         try:
             time.sleep(2.0)  # alice's stream fills every buffer between her socket and the gateway
             for attempt in range(5):
@@ -116,6 +121,38 @@ def test_a_client_that_never_reads_a_chatty_call_does_not_stall_other_principals
                for kind in ("progress", "log")
                if line.startswith(f'dex_gateway_upstream_notifications_dropped_total{{kind="{kind}",upstream="chat"}}')}
     assert dropped.get("progress", 0) > 0 and dropped.get("log", 0) > 0, metrics
+
+
+@pytest.mark.parametrize("gateway", [_upstream("chat", "chatty_server.py")], indirect=True)
+def test_a_client_that_never_reads_a_chatty_call_does_not_stall_other_principals(gateway: RunningGateway) -> None:
+    _others_are_not_stalled(gateway)
+
+
+@pytest.fixture
+def chatty_http(tmp_path: Path) -> Iterator[str]:
+    """The chatty server over Streamable HTTP with sessions: the gateway holds one for every principal."""
+    argv = [sys.executable, str(SUPPORT / "chatty_server.py"), "--transport", "http", "--stateful"]
+    lines: list[str] = []
+    process, url = spawn_listening(argv, cwd=REPO_ROOT, env=dict(os.environ), name="chatty", lines=lines,
+                                   ready_timeout=20)
+    try:
+        assert url is not None, "\n".join(lines)
+        yield url
+    finally:
+        terminate(process)
+
+
+def test_a_client_that_never_reads_a_chatty_call_does_not_stall_an_http_upstream_session(
+    tmp_path: Path, chatty_http: str
+) -> None:
+    config = write_config(tmp_path, {
+        "auth": {"tokens": [{"principal": p, "token_sha256": sha(t)} for p, t in TOKENS.items()]},
+        "telemetry": {"metrics_token_sha256": sha(METRICS_TOKEN)},
+        "upstreams": [{"name": "chat", "transport": "streamable_http", "url": chatty_http, "protocol": "handshake",
+                       "default_tool_effect": "read"}],
+    })
+    with start_gateway(config) as gateway:
+        _others_are_not_stalled(gateway)
 
 
 def _memory_kib(pid: int, field: str) -> int:
