@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from tests.gateway.test_gateway_http import sha
-from tests.support.gateway import RunningGateway, start_gateway, write_config
+from tests.support.gateway import RunningGateway, run_gateway_cli, start_gateway, write_config
 from tests.support.processes import spawn_listening, terminate
 from tests.support.servers import REPO_ROOT
 
@@ -191,3 +191,13 @@ def test_an_upstream_flooding_pings_during_a_call_cannot_grow_the_gateways_memor
     assert stats["refused"] > 0, stats
     assert "too many requests from upstream flood" in stats["refusal"], stats
     assert "already answering 8 of them (upstreams.flood.max_inbound_requests)" in stats["refusal"], stats
+
+
+def test_the_back_pressure_limits_are_checked_with_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "gateway.yaml"
+    path.write_text("upstreams:\n  - name: chat\n    transport: stdio\n    command: python\n"
+                    "    max_inbound_requests: 0\n    max_queued_notifications: lots\n")
+    done = run_gateway_cli("serve", "--config", str(path), "--port", "0", timeout=30)
+    assert done.returncode != 0
+    assert f"{path}:5: upstreams.0.max_inbound_requests: Input should be greater than or equal to 1" in done.stderr
+    assert f"{path}:6: upstreams.0.max_queued_notifications: Input should be a valid integer" in done.stderr
