@@ -232,7 +232,10 @@ async def _build_runtime(
         wait_seconds=config.fences.wait_seconds,
     )
     answer_cap = upstream_answer_cap(config)
-    upstreams = {u.name: Upstream(u, tg, max_answer_bytes=answer_cap) for u in config.upstreams}
+    metrics = ops.telemetry.metrics
+    upstreams = {u.name: Upstream(u, tg, metrics.notifications_dropped_of(u.name) if metrics else None,
+                                  max_answer_bytes=answer_cap)
+                 for u in config.upstreams}
     caches = [ListingCache(upstream, tg) for upstream in upstreams.values()]
     ops.watch_upstreams(caches)
     events = ClientEvents(Sessions())  # what changed, to each client in its era (gateway/front/events.py)

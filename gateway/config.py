@@ -161,6 +161,12 @@ class _UpstreamBase(_Strict):
     # The answer to the upstream's `roots/list`. Unset: asked of the client of the call in flight
     # (a session with the roots capability), else refused; set (even to []): always these.
     roots: list[RootConfig] | None = None
+    # Requests from the upstream (ping, elicitation, sampling, roots) answered at the same time;
+    # past this, each is answered at once with a JSON-RPC error.
+    max_inbound_requests: int = Field(64, ge=1)
+    # Log messages of one call waiting for a slow client; past this the oldest is dropped
+    # (progress is coalesced to the latest). Counted in dex_gateway_upstream_notifications_dropped.
+    max_queued_notifications: int = Field(256, ge=1)
 
 
 class StdioUpstreamConfig(_UpstreamBase):

@@ -97,7 +97,21 @@ class GatewayMetrics:
         self.rate_limited = Counter(
             "dex_gateway_rate_limited", "calls refused by a rate limit (nothing sent)", ["limit"], registry=registry
         )
+        self.notifications_dropped = Counter(
+            "dex_gateway_upstream_notifications_dropped",
+            "progress (coalesced) and log notifications of calls not delivered to a slow client, by upstream and kind",
+            ["upstream", "kind"], registry=registry,
+        )
         self._runtime: _Runtime | None = None
+
+    def notifications_dropped_of(self, upstream: str) -> Callable[[str], None]:
+        """Count one notification of a call to `upstream` coalesced or dropped (`kind`: progress, log)."""
+        counter = self.notifications_dropped
+
+        def dropped(kind: str) -> None:
+            counter.labels(upstream, kind).inc()
+
+        return dropped
 
     def watch_upstreams(self, source: Callable[[], Iterable[UpstreamState]]) -> None:
         """Report upstream health and listing age from `source` at every scrape."""

@@ -36,7 +36,8 @@ from ..relay import CallRelay
 from .events import NO_EVENTS, ResourceSubscriptions, UpstreamEvents
 from .http_streams import EventStreams
 from .http_wire import SESSION_HEADER, Era, HttpWire, SessionLost
-from .rpc import CLIENT_CAPABILITIES, CLIENT_INFO, HANDSHAKE_VERSION, MODERN_VERSION, request_meta
+from .notices import DEFAULT_MAX_QUEUED, OnDrop, ignore_drops
+from .rpc import CLIENT_CAPABILITIES, CLIENT_INFO, DEFAULT_MAX_INBOUND, HANDSHAKE_VERSION, MODERN_VERSION, request_meta
 from .transport import AiohttpTransport, HttpRequest, HttpTransport, ssl_context
 
 __all__ = ["HttpConnection"]
@@ -68,6 +69,9 @@ class HttpConnection(HttpWire):
         max_response_bytes: int | None = None,
         max_connections: int | None = None,
         pool_timeout: float = 30.0,
+        max_inbound_requests: int = DEFAULT_MAX_INBOUND,
+        max_queued_notifications: int = DEFAULT_MAX_QUEUED,
+        on_drop: OnDrop = ignore_drops,
     ) -> None:
         self._protocol_choice = protocol
         self._connect_timeout = connect_timeout
@@ -80,7 +84,8 @@ class HttpConnection(HttpWire):
             transport = AiohttpTransport(connect_timeout=connect_timeout, ssl_context=context,
                                          max_response_bytes=max_response_bytes, max_connections=max_connections,
                                          pool_timeout=pool_timeout)
-        super().__init__(name, url, headers, transport, events, roots)
+        super().__init__(name, url, headers, transport, events, roots, max_inbound_requests=max_inbound_requests,
+                         max_queued_notifications=max_queued_notifications, on_drop=on_drop)
         self._era: Era | None = None  # set once, by the one negotiation
         self._negotiation_lock = anyio.Lock()
         self._negotiations = 0  # finished (or abandoned) negotiation attempts

@@ -122,8 +122,8 @@ class EventStreams:
             return False
 
     async def _answer_later(self, era: "Era", message: dict[str, Any]) -> None:
-        # In the background: the stream keeps being read while a person answers.
-        self._tg.start_soon(self._conn.answer_request, era, message, self._conn.only_call_relay())
+        # In the background: the stream keeps being read while a person answers (capped).
+        await self._conn.answer_later(era, message, self._conn.only_call_relay(), self._tg)
 
     async def _event(self, message: dict[str, Any]) -> None:
         if not route_event(message, self._conn.events):

@@ -2,6 +2,13 @@
 answer (JSON, or an SSE stream resumed when the server ends it early), with the upstream's own
 requests and notifications during it handed on. `HttpConnection` (http.py) adds the protocol
 negotiation and the session on top.
+
+A call's answer stream is read to its end whatever its client does: a stateful upstream session
+(the SDK's) routes every call's messages through one loop, so a stream left unread would stall
+the other principals' calls on that session. Progress and log notifications wait in the call's
+bounded queue (gateway/upstreams/notices.py) for a task of the call that hands them to its
+client; the upstream's requests are answered by tasks of the call (at most
+`max_inbound_requests` at a time over the connection, past that refused at once).
 """
 
 from __future__ import annotations
@@ -9,11 +16,13 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
+from anyio.abc import TaskGroup
 from mcp.shared.inbound import encode_header_value
 
 from ..errors import (
@@ -29,7 +38,8 @@ from ..errors import (
 from ..name_header import name_key
 from ..relay import CallRelay
 from .events import UpstreamEvents, route_event
-from .rpc import MODERN_VERSION, answer_server_request, deliver_notification, result_or_raise
+from .notices import DEFAULT_MAX_QUEUED, CallNotices, OnDrop, ignore_drops
+from .rpc import DEFAULT_MAX_INBOUND, MODERN_VERSION, InboundRequests, answer_server_request, result_or_raise
 from .sse import read_answer
 from .transport import HttpRequest, HttpResponse, HttpTransport
 
@@ -58,8 +68,13 @@ class SessionLost(Exception):
 
 class HttpWire:
     def __init__(self, name: str, url: str, headers: Mapping[str, str], transport: HttpTransport,
-                 events: UpstreamEvents, roots: list[dict[str, Any]] | None = None) -> None:
+                 events: UpstreamEvents, roots: list[dict[str, Any]] | None = None, *,
+                 max_inbound_requests: int = DEFAULT_MAX_INBOUND, max_queued_notifications: int = DEFAULT_MAX_QUEUED,
+                 on_drop: OnDrop = ignore_drops) -> None:
         self.name = name
+        self.inbound = InboundRequests(name, max_inbound_requests)  # the upstream's requests being answered
+        self._max_queued = max_queued_notifications
+        self._on_drop = on_drop
         self.roots = roots  # the configured answer to roots/list (None: ask the client)
         self.url = url
         self.events = events
@@ -167,10 +182,11 @@ class HttpWire:
         self, era: Era, response: HttpResponse, request_id: int, relay: CallRelay | None
     ) -> dict[str, Any]:
         """Read SSE events until our answer; resume with Last-Event-ID when the server closes early."""
+        notices = CallNotices(self._max_queued, self._on_drop) if relay is not None else None
 
         async def on_notification(message: dict[str, Any]) -> None:
-            if not route_event(message, self.events):
-                await deliver_notification(message, relay)
+            if not route_event(message, self.events) and notices is not None:
+                notices.put(message)  # never waits for the client: the stream keeps being read
 
         @asynccontextmanager
         async def resume(last_event_id: str) -> AsyncIterator[HttpResponse | None]:
@@ -184,20 +200,68 @@ class HttpWire:
                 logger.info("upstream %s: resuming the event stream failed: %s", self.name, exc)
                 yield None
 
-        answer = await read_answer(
-            self.name, response, request_id,
-            on_request=lambda message: self.answer_request(era, message, relay),
-            on_notification=on_notification, resume=resume,
-            on_pause=relay.pause_stream if relay is not None else None,
-        )  # fmt: skip
+        async def read(on_request: Callable[[dict[str, Any]], Awaitable[None]]) -> dict[str, Any] | None:
+            return await read_answer(
+                self.name, response, request_id,
+                on_request=on_request, on_notification=on_notification, resume=resume,
+                on_pause=relay.pause_stream if relay is not None else None,
+            )  # fmt: skip
+
+        if relay is None or notices is None:
+            # The gateway's own request: the upstream's requests are answered at once, with no client.
+            answer = await read(lambda message: self.answer_request(era, message, None))
+        else:
+            answer = await self._read_for_client(era, relay, notices, read)
         if answer is None:
             raise UpstreamInterrupted(self.name, "the response stream ended without an answer")
         return result_or_raise(self.name, answer)
 
+    async def _read_for_client(
+        self, era: Era, relay: CallRelay, notices: CallNotices,
+        read: Callable[[Callable[[dict[str, Any]], Awaitable[None]]], Awaitable[dict[str, Any] | None]],
+    ) -> dict[str, Any] | None:
+        """Read a call's stream while tasks of the call hand its notifications to the client and
+        answer the upstream's requests; what is still queued at the answer goes out ahead of it."""
+        answer: dict[str, Any] | None = None
+        failure: Exception | None = None
+        stop = anyio.Event()
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(notices.deliver_until, relay, stop)
+            async with anyio.create_task_group() as asking:
+                try:
+                    answer = await read(lambda message: self.answer_later(era, message, relay, asking))
+                except Exception as exc:  # noqa: BLE001 - raised below, outside the task groups (unwrapped)
+                    failure = exc
+                asking.cancel_scope.cancel()  # questions of a call that ended are moot
+            stop.set()
+            notices.wake()
+        await notices.flush(relay)  # what came before the answer (or the break) goes out ahead of it
+        if failure is not None:
+            raise failure
+        return answer
+
+    async def answer_later(self, era: Era, message: dict[str, Any], relay: CallRelay | None, tasks: TaskGroup) -> None:
+        """Answer a request of the upstream in a task of `tasks`, so its stream keeps being read while
+        a person answers; past `max_inbound_requests` at once, with an error (no task)."""
+        refusal = self.inbound.refusal(message)
+        if refusal is not None:
+            await self._reply(era, message, refusal)
+            return
+
+        async def ask() -> None:
+            try:
+                await self.answer_request(era, message, relay)
+            finally:
+                self.inbound.release()
+
+        tasks.start_soon(ask)
+
     async def answer_request(self, era: Era, message: dict[str, Any], relay: CallRelay | None) -> None:
         """Answer a request the upstream made (elicitation, sampling, roots, ping...): relayed to the
         calling client, or answered by the gateway; never left without an answer."""
-        reply = await answer_server_request(message, relay, self.roots)
+        await self._reply(era, message, await answer_server_request(message, relay, self.roots))
+
+    async def _reply(self, era: Era, message: dict[str, Any], reply: dict[str, Any]) -> None:
         body = json.dumps(reply, separators=(",", ":"), ensure_ascii=False).encode()
         try:
             async with self.transport.stream(HttpRequest("POST", self.url, self._json_headers(era), body)) as response:

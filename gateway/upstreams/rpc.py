@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from mcp_types import (
     CLIENT_CAPABILITIES_META_KEY,
     CLIENT_INFO_META_KEY,
+    INTERNAL_ERROR,
     LOG_LEVEL_META_KEY,
     METHOD_NOT_FOUND,
     PROTOCOL_VERSION_META_KEY,
@@ -29,6 +30,9 @@ MODERN_VERSION = "2026-07-28"
 # What the gateway tells an upstream it can do: server-to-client requests made during a call
 # are relayed to the calling client (or refused at once when it cannot answer them).
 CLIENT_CAPABILITIES: dict[str, Any] = {"sampling": {}, "elicitation": {}, "roots": {"listChanged": False}}
+
+# Requests from one upstream (ping, elicitation, sampling, roots) answered at the same time.
+DEFAULT_MAX_INBOUND = 64
 
 
 class Connection(Protocol):
@@ -163,3 +167,29 @@ async def answer_server_request(
     except RelayRefused as exc:
         reply["error"] = {"code": exc.code, "message": exc.message}
     return reply
+
+
+class InboundRequests:
+    """How many requests from one upstream are being answered, capped at `limit`: an upstream that
+    floods the gateway with requests (100,000 pings during a call) gets errors, not memory."""
+
+    def __init__(self, upstream: str, limit: int = DEFAULT_MAX_INBOUND) -> None:
+        self._upstream = upstream
+        self._limit = max(1, limit)
+        self.active = 0
+
+    def refusal(self, message: dict[str, Any]) -> dict[str, Any] | None:
+        """None when the request may be answered (then `release()` once it is), else the error
+        reply to send the upstream at once."""
+        if self.active < self._limit:
+            self.active += 1
+            return None
+        return {"jsonrpc": "2.0", "id": message.get("id"), "error": {
+            "code": INTERNAL_ERROR,
+            "message": (f"too many requests from upstream {self._upstream}: the gateway is already answering "
+                        f"{self._limit} of them (upstreams.{self._upstream}.max_inbound_requests); "
+                        f"{message.get('method')} refused"),
+        }}
+
+    def release(self) -> None:
+        self.active -= 1

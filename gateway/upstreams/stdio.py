@@ -5,8 +5,11 @@ a small `ProcessHandle` to reap or stop the child; `StdioConnection.start(...)` 
 real process and handshakes. Tests hand it in-memory streams and a fake handle instead.
 
 Responses are matched to callers by id; progress notifications are routed by token (or to the
-only call in flight); requests from the upstream (ping, elicitation, sampling, roots) are
-answered in the background; list changes and resource updates go to `events` (the Upstream).
+only call in flight) into that call's bounded queue (gateway/upstreams/notices.py), which the
+call's own task hands to its client: the reader never waits for a client. Requests from the
+upstream (ping, elicitation, sampling, roots) are answered in the background, at most
+`max_inbound_requests` at a time; past that, at once with a JSON-RPC error. List changes and
+resource updates go to `events` (the Upstream).
 
 The `protocol` setting: `handshake` sends `initialize` (2025-11-25); `2026-07-28` asks
 `server/discover` instead and sends every request with the per-request `_meta` envelope, and
@@ -39,14 +42,16 @@ from mcp.client.stdio import get_default_environment
 from ..errors import UpstreamError, UpstreamInterrupted, UpstreamNotSent, UpstreamRpcError
 from ..relay import CallRelay
 from .events import NO_EVENTS, ResourceSubscriptions, UpstreamEvents, listen_filter, route_event
+from .notices import DEFAULT_MAX_QUEUED, CallNotices, OnDrop, ignore_drops
 from .processes import start_process_group
 from .rpc import (
     CLIENT_CAPABILITIES,
     CLIENT_INFO,
+    DEFAULT_MAX_INBOUND,
     HANDSHAKE_VERSION,
     MODERN_VERSION,
+    InboundRequests,
     answer_server_request,
-    deliver_notification,
     request_meta,
     result_or_raise,
 )
@@ -78,6 +83,12 @@ class _Pending:
     done: anyio.Event = field(default_factory=anyio.Event)
     message: dict[str, Any] | None = None
     relay: CallRelay | None = None
+    notices: CallNotices | None = None  # with a relay: what the upstream says during the call
+
+    def finish(self) -> None:
+        self.done.set()
+        if self.notices is not None:
+            self.notices.wake()
 
 
 class StdioConnection:
@@ -96,6 +107,9 @@ class StdioConnection:
         max_line_bytes: int = MAX_LINE_BYTES,
         protocol: str = "handshake",
         roots: list[dict[str, Any]] | None = None,
+        max_inbound_requests: int = DEFAULT_MAX_INBOUND,
+        max_queued_notifications: int = DEFAULT_MAX_QUEUED,
+        on_drop: OnDrop = ignore_drops,
     ) -> None:
         self._name = name
         self._send_stream = send_stream
@@ -106,6 +120,9 @@ class StdioConnection:
         self._max_line = max_line_bytes
         self._modern = protocol == MODERN_VERSION
         self._roots = roots  # the configured answer to roots/list (None: ask the client)
+        self._inbound = InboundRequests(name, max_inbound_requests)
+        self._max_queued = max_queued_notifications
+        self._on_drop = on_drop
         self.server_capabilities: dict[str, Any] = {}
         self._watched: frozenset[str] = frozenset()
         self._subscriptions = ResourceSubscriptions()
@@ -133,6 +150,9 @@ class StdioConnection:
         events: UpstreamEvents = NO_EVENTS,
         protocol: str = "handshake",
         roots: list[dict[str, Any]] | None = None,
+        max_inbound_requests: int = DEFAULT_MAX_INBOUND,
+        max_queued_notifications: int = DEFAULT_MAX_QUEUED,
+        on_drop: OnDrop = ignore_drops,
     ) -> "StdioConnection":
         # A safe default environment (PATH, HOME, ...) plus the configured variables: the
         # gateway's own secrets are not handed to every child process.
@@ -151,6 +171,9 @@ class StdioConnection:
             events=events,
             protocol=protocol,
             roots=roots,
+            max_inbound_requests=max_inbound_requests,
+            max_queued_notifications=max_queued_notifications,
+            on_drop=on_drop,
         )
         await conn.initialize(connect_timeout)
         return conn
@@ -193,15 +216,37 @@ class StdioConnection:
         timeout: float,
         relay: CallRelay | None = None,
     ) -> dict[str, Any]:
+        notices = CallNotices(self._max_queued, self._on_drop) if relay is not None else None
+        answer: dict[str, Any] = {}
+        failure: UpstreamError | None = None
         try:
             with anyio.fail_after(timeout):
-                return await self._call(method, params, relay, anyio.current_time() + timeout)
+                answer = await self._exchange(method, params, relay, anyio.current_time() + timeout, notices)
         except TimeoutError:
-            raise UpstreamInterrupted(self._name, f"no answer within {timeout:g} s") from None
+            failure = UpstreamInterrupted(self._name, f"no answer within {timeout:g} s")
+        except UpstreamError as exc:
+            failure = exc
+        if notices is not None and relay is not None:
+            # What the upstream said before answering reaches the client ahead of the answer (outside
+            # the call timeout: a slow client must not turn a received answer into an interruption).
+            await notices.flush(relay)
+        if failure is not None:
+            raise failure
+        return result_or_raise(self._name, answer)
 
-    async def _call(
-        self, method: str, params: dict[str, Any] | None, relay: CallRelay | None, deadline: float = float("inf")
+    async def _call(self, method: str, params: dict[str, Any] | None, relay: CallRelay | None) -> dict[str, Any]:
+        return result_or_raise(self._name, await self._exchange(method, params, relay))
+
+    async def _exchange(
+        self,
+        method: str,
+        params: dict[str, Any] | None,
+        relay: CallRelay | None,
+        deadline: float = float("inf"),
+        notices: CallNotices | None = None,
     ) -> dict[str, Any]:
+        """Send one request and wait for its answer (the raw JSON-RPC message), handing what the
+        upstream says meanwhile to the relay from this task."""
         if not self._alive:
             raise UpstreamNotSent(self._name, "the upstream process is not running")
         request_id = next(self._ids)
@@ -211,11 +256,14 @@ class StdioConnection:
         if relay is not None or self._modern:
             params_out = message.setdefault("params", {})
             params_out["_meta"] = request_meta(params_out.get("_meta") or {}, relay, modern=self._modern, token=request_id)
-        pending = _Pending(relay=relay)
+        pending = _Pending(relay=relay, notices=notices)
         self._pending[request_id] = pending
         try:
             await self._write(message)
-            await pending.done.wait()
+            if notices is not None and relay is not None:
+                await notices.deliver_until(relay, pending.done)
+            else:
+                await pending.done.wait()
         except anyio.get_cancelled_exc_class():
             # The caller went away (its client disconnected): tell the upstream. Not when our own
             # call timeout ran out: a write is then sent again with the same key, and the upstream
@@ -228,7 +276,7 @@ class StdioConnection:
             self._pending.pop(request_id, None)
         if pending.message is None:
             raise UpstreamInterrupted(self._name, "the upstream process exited before answering")
-        return result_or_raise(self._name, pending.message)
+        return pending.message
 
     async def _cancelled(self, request_id: int) -> None:
         notice = {"jsonrpc": "2.0", "method": "notifications/cancelled",
@@ -260,7 +308,7 @@ class StdioConnection:
                 logger.exception("upstream %s: stdio reader failed", self._name)
         self._alive = False
         for pending in list(self._pending.values()):
-            pending.done.set()
+            pending.finish()
         self._exited.set()
         with anyio.CancelScope(shield=True):
             if not ended_by_upstream and self._process.returncode is None:
@@ -302,28 +350,43 @@ class StdioConnection:
         if "method" in message:
             if "id" in message:
                 # Answered in the background: the reader must keep reading while a person answers.
-                self._task_group.start_soon(self._answer_server_request, message)
+                # Past the cap, refused at once (no task): an upstream cannot grow our memory.
+                refusal = self._inbound.refusal(message)
+                if refusal is None:
+                    self._task_group.start_soon(self._answer_server_request, message)
+                else:
+                    await self._reply(refusal)
             elif not route_event(message, self._events):
-                await deliver_notification(message, self._relay_for(message))
+                pending = self._call_of(message)
+                if pending is not None and pending.notices is not None:
+                    pending.notices.put(message)  # never waits: the call's own task delivers it
             return
         request_id = message.get("id")
         pending = self._pending.get(request_id) if isinstance(request_id, int) else None
         if pending is not None:
             pending.message = message
-            pending.done.set()
+            pending.finish()
 
-    def _relay_for(self, message: dict[str, Any]) -> CallRelay | None:
-        """The relay of the call a message belongs to: by progress token, else the only call."""
-        token = (message.get("params") or {}).get("progressToken")
+    def _call_of(self, message: dict[str, Any]) -> _Pending | None:
+        """The call a message belongs to: by progress token, else the only call a client waits on."""
+        params = message.get("params")
+        token = params.get("progressToken") if isinstance(params, dict) else None
         if isinstance(token, int) and token in self._pending:
-            return self._pending[token].relay
+            return self._pending[token]
         # A stdio message names no request; with one call in flight that a client waits on, it can
         # only be that one's (the gateway's own requests, e.g. a listen stream, have no relay).
-        waiting = [p.relay for p in self._pending.values() if p.relay is not None]
+        waiting = [p for p in self._pending.values() if p.relay is not None]
         return waiting[0] if len(waiting) == 1 else None
 
     async def _answer_server_request(self, message: dict[str, Any]) -> None:
-        reply = await answer_server_request(message, self._relay_for(message), self._roots)
+        try:
+            pending = self._call_of(message)
+            reply = await answer_server_request(message, pending.relay if pending else None, self._roots)
+            await self._reply(reply)
+        finally:
+            self._inbound.release()
+
+    async def _reply(self, reply: dict[str, Any]) -> None:
         try:
             await self._write(reply)
         except UpstreamNotSent:

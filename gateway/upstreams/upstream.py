@@ -26,6 +26,7 @@ from ..errors import UpstreamError, UpstreamInterrupted, UpstreamListingRefused,
 from ..relay import CallRelay
 from ..telemetry.tracing import upstream_request_span
 from .http import HttpConnection
+from .notices import OnDrop, ignore_drops
 from .rpc import Connection
 from .stdio import StdioConnection
 
@@ -37,6 +38,7 @@ class Upstream:
         self,
         config: StdioUpstreamConfig | HttpUpstreamConfig,
         task_group: TaskGroup,
+        on_drop: OnDrop | None = None,
         *,
         max_answer_bytes: int | None = None,
     ) -> None:
@@ -45,6 +47,7 @@ class Upstream:
         self.max_answer_bytes = max_answer_bytes
         self.name = config.name
         self._task_group = task_group
+        self._on_drop = on_drop or ignore_drops  # a call's notification coalesced or dropped (its kind)
         self._connection: Connection | None = None
         self._connect_lock = anyio.Lock()
         # Called when the upstream says one of its lists changed (listing caches refresh).
@@ -176,6 +179,9 @@ class Upstream:
                 events=self,
                 protocol=cfg.protocol,
                 roots=self._roots(),
+                max_inbound_requests=cfg.max_inbound_requests,
+                max_queued_notifications=cfg.max_queued_notifications,
+                on_drop=self._on_drop,
             )
         return HttpConnection(
             self.name,
@@ -190,6 +196,9 @@ class Upstream:
             max_response_bytes=self.max_answer_bytes,
             max_connections=cfg.max_connections,
             pool_timeout=cfg.pool_timeout_seconds,
+            max_inbound_requests=cfg.max_inbound_requests,
+            max_queued_notifications=cfg.max_queued_notifications,
+            on_drop=self._on_drop,
         )
 
     def _roots(self) -> list[dict[str, Any]] | None:
