@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 __all__ = ["CONTENT_TYPE", "GatewayMetrics", "UpstreamState", "multiprocess_dir"]
@@ -60,6 +60,18 @@ class _Runtime(Collector):
         yield age
 
 
+class _Catalog(Collector):
+    """How often the merged catalog was rebuilt, read when scraped."""
+
+    def __init__(self, rebuilds: Callable[[], int]) -> None:
+        self._rebuilds = rebuilds
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily("dex_gateway_catalog_rebuilds", "merges of the upstreams' routes after listings changed")
+        family.add_metric([], float(self._rebuilds()))
+        yield family
+
+
 class GatewayMetrics:
     def __init__(self) -> None:
         self._multiprocess = multiprocess_dir()
@@ -98,12 +110,19 @@ class GatewayMetrics:
             "dex_gateway_rate_limited", "calls refused by a rate limit (nothing sent)", ["limit"], registry=registry
         )
         self._runtime: _Runtime | None = None
+        self._catalog: _Catalog | None = None
 
     def watch_upstreams(self, source: Callable[[], Iterable[UpstreamState]]) -> None:
         """Report upstream health and listing age from `source` at every scrape."""
         self._runtime = _Runtime(source)
         if not self._multiprocess:
             self._registry.register(self._runtime)
+
+    def watch_catalog(self, rebuilds: Callable[[], int]) -> None:
+        """Report the catalog's rebuild count from `rebuilds` at every scrape."""
+        self._catalog = _Catalog(rebuilds)
+        if not self._multiprocess:
+            self._registry.register(self._catalog)
 
     def exposition(self) -> bytes:
         """The Prometheus text of every metric (all workers' under `--workers N`)."""
@@ -115,4 +134,6 @@ class GatewayMetrics:
         multiprocess.MultiProcessCollector(registry, path=self._multiprocess)
         if self._runtime is not None:
             registry.register(self._runtime)
+        if self._catalog is not None:
+            registry.register(self._catalog)
         return generate_latest(registry)
