@@ -247,7 +247,8 @@ async def _build_runtime(
 
         task_store.listeners.append(tell_task_status)
     catalog = Catalog(caches, connectors, augment_tasks=task_store is not None and config.tasks.augment,
-                      on_lists_changed=lambda kinds: tg.start_soon(events.lists_changed, kinds))
+                      on_lists_changed=lambda kinds: tg.start_soon(events.lists_changed, kinds), spawn=tg.start_soon)
+    ops.watch_catalog(lambda: catalog.rebuilds)
     watch = ResourceWatch(catalog, upstreams)
     events.sessions.on_release(watch.release, spawn=tg.start_soon)
     for upstream in upstreams.values():

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -110,6 +110,21 @@ class _Built:
     templates: list[TemplateRoute] = field(default_factory=list)
 
 
+@dataclass(frozen=True, slots=True)
+class _Part:
+    """One upstream's routes before the merge, made again only when its listings changed."""
+
+    version: int
+    tools: list[ToolRoute]
+    prompts: list[PromptRoute]
+    resources: list[tuple[str, ResourceRoute]]  # (uri, route)
+    templates: list[TemplateRoute]
+
+
+# A listing change schedules one rebuild this long after it, so the changes of many upstreams
+# listed at about the same time (start) make one rebuild, not one each.
+SETTLE_SECONDS = 0.05
+
 UpstreamConfig = StdioUpstreamConfig | HttpUpstreamConfig
 
 
@@ -122,6 +137,7 @@ class Catalog:
         *,
         augment_tasks: bool = False,
         on_lists_changed: Callable[[frozenset[str]], object] | None = None,
+        spawn: Callable[[Callable[[], Coroutine[Any, Any, None]]], object] | None = None,
     ) -> None:
         # True: the gateway runs any tool as a task for a client that asks, and says so in every
         # tool's execution.taskSupport (optional, or the upstream's required).
@@ -133,8 +149,15 @@ class Catalog:
         self._on_lists_changed = on_lists_changed
         self._built = _Built()
         self._warned: set[tuple[str, ...]] = set()
+        # Per upstream (config order): its routes, kept until its listing version changes.
+        self._parts: list[_Part | None] = [None] * len(self._caches)
+        # Starts the coalesced rebuild after a listing change; None: rebuild at once.
+        self._spawn = spawn
+        self._rebuild_scheduled = False
+        # Merges of the per-upstream routes so far (dex_gateway_catalog_rebuilds_total).
+        self.rebuilds = 0
         for cache in self._caches:
-            cache.on_update = self.refresh_routes
+            cache.on_update = self._listing_changed
 
     # -- reading --------------------------------------------------------------------------
 
@@ -199,9 +222,31 @@ class Catalog:
     # -- building -------------------------------------------------------------------------
 
     async def _refresh(self, kind: ListKind) -> None:
-        async with anyio.create_task_group() as tg:
-            for cache in self._caches:
-                tg.start_soon(cache.get, kind)
+        waiting = []
+        for cache in self._caches:
+            if cache.peek(kind) is None:
+                waiting.append(cache)
+            else:
+                await cache.get(kind)  # answers at once (and may start a background refresh)
+        if waiting:
+            async with anyio.create_task_group() as tg:
+                for cache in waiting:
+                    tg.start_soon(cache.get, kind)
+        self.refresh_routes()
+
+    def _listing_changed(self) -> None:
+        """A cache's listing changed: one rebuild for every change within the settle window."""
+        if self._spawn is None:
+            self.refresh_routes()
+        elif not self._rebuild_scheduled:
+            self._rebuild_scheduled = True
+            self._spawn(self._settled_rebuild)
+
+    async def _settled_rebuild(self) -> None:
+        try:
+            await anyio.sleep(SETTLE_SECONDS)
+        finally:
+            self._rebuild_scheduled = False
         self.refresh_routes()
 
     def refresh_routes(self) -> None:
@@ -212,6 +257,7 @@ class Catalog:
         first_build = self._built.key == (-1,)
         old = self._built
         self._built = self._build(key)
+        self.rebuilds += 1
         if first_build:
             return
         if set(self._built.tools) != set(old.tools) and self._on_change is not None:
@@ -237,48 +283,71 @@ class Catalog:
                             kind, key, upstream, earlier)
         return True
 
+    def _part(self, index: int) -> _Part:
+        """The routes of one upstream, from its listings (reused while its version stands)."""
+        cache = self._caches[index]
+        part = self._parts[index]
+        if part is not None and part.version == cache.version:
+            return part
+        cfg = cache.upstream.config
+        tools = [r for t in cache.peek(ListKind.TOOLS) or () if (r := _tool_route(cfg, t, self._augment_tasks)) is not None]
+        prompts = []
+        for prompt in cache.peek(ListKind.PROMPTS) or ():
+            name = prompt.get("name")
+            if isinstance(name, str):
+                exposed = exposed_tool_name(cfg.name, name, cfg.prefix)
+                prompts.append(PromptRoute(exposed, {**prompt, "name": exposed}, cfg.name, name))
+        resources = []
+        for resource in cache.peek(ListKind.RESOURCES) or ():
+            uri, name = resource.get("uri"), resource.get("name")
+            if isinstance(uri, str):
+                definition = dict(resource)
+                if isinstance(name, str):
+                    definition["name"] = exposed_tool_name(cfg.name, name, cfg.prefix)
+                resources.append((uri, ResourceRoute(definition, cfg.name)))
+        templates = []
+        for template in cache.peek(ListKind.RESOURCE_TEMPLATES) or ():
+            uri_template, name = template.get("uriTemplate"), template.get("name")
+            if isinstance(uri_template, str):
+                definition = dict(template)
+                if isinstance(name, str):
+                    definition["name"] = exposed_tool_name(cfg.name, name, cfg.prefix)
+                templates.append(TemplateRoute(definition, cfg.name, _template_pattern(uri_template)))
+        part = _Part(cache.version, tools, prompts, resources, templates)
+        self._parts[index] = part
+        return part
+
     def _build(self, key: tuple[int, ...]) -> _Built:
+        """Merge the upstreams' routes in config order (the first wins a name); only the routes of
+        an upstream whose listing changed are made again, so a rebuild is linear in the routes."""
         built = _Built(key=key)
-        for cache in self._caches:
+        template_upstreams: dict[str, str] = {}
+        for index, cache in enumerate(self._caches):
             cfg = cache.upstream.config
-            for tool in cache.peek(ListKind.TOOLS) or ():
-                route = _tool_route(cfg, tool, self._augment_tasks)
-                if route is None:
-                    continue
+            part = self._part(index)
+            for route in part.tools:
                 if route.name in built.tools:
                     self._warn_once(
                         ("tool", cfg.name, route.name),
                         "tool %r of upstream %s collides with an earlier tool of the same exposed name; left out",
-                        tool.get("name"),
+                        route.target,
                         cfg.name,
                     )
                     continue
                 built.tools[route.name] = route
-            for prompt in cache.peek(ListKind.PROMPTS) or ():
-                name = prompt.get("name")
-                if isinstance(name, str):
-                    exposed = exposed_tool_name(cfg.name, name, cfg.prefix)
-                    earlier_prompt = built.prompts.get(exposed)
-                    if not self._taken("prompt", cfg.name, exposed, earlier_prompt.upstream if earlier_prompt else None):
-                        built.prompts[exposed] = PromptRoute(exposed, {**prompt, "name": exposed}, cfg.name, name)
-            for resource in cache.peek(ListKind.RESOURCES) or ():
-                uri, name = resource.get("uri"), resource.get("name")
-                earlier_resource = built.resources.get(uri) if isinstance(uri, str) else None
-                if isinstance(uri, str) and not self._taken("resource", cfg.name, uri,
-                                                            earlier_resource.upstream if earlier_resource else None):
-                    definition = dict(resource)
-                    if isinstance(name, str):
-                        definition["name"] = exposed_tool_name(cfg.name, name, cfg.prefix)
-                    built.resources[uri] = ResourceRoute(definition, cfg.name)
-            for template in cache.peek(ListKind.RESOURCE_TEMPLATES) or ():
-                uri_template, name = template.get("uriTemplate"), template.get("name")
-                earlier = next((t for t in built.templates if t.definition.get("uriTemplate") == uri_template), None)
-                if isinstance(uri_template, str) and not self._taken("resource template", cfg.name, uri_template,
-                                                                     earlier.upstream if earlier else None):
-                    definition = dict(template)
-                    if isinstance(name, str):
-                        definition["name"] = exposed_tool_name(cfg.name, name, cfg.prefix)
-                    built.templates.append(TemplateRoute(definition, cfg.name, _template_pattern(uri_template)))
+            for prompt_route in part.prompts:
+                earlier_prompt = built.prompts.get(prompt_route.name)
+                if not self._taken("prompt", cfg.name, prompt_route.name, earlier_prompt.upstream if earlier_prompt else None):
+                    built.prompts[prompt_route.name] = prompt_route
+            for uri, resource_route in part.resources:
+                earlier_resource = built.resources.get(uri)
+                if not self._taken("resource", cfg.name, uri, earlier_resource.upstream if earlier_resource else None):
+                    built.resources[uri] = resource_route
+            for template_route in part.templates:
+                uri_template = template_route.definition["uriTemplate"]
+                if not self._taken("resource template", cfg.name, uri_template, template_upstreams.get(uri_template)):
+                    template_upstreams[uri_template] = cfg.name
+                    built.templates.append(template_route)
         for connector_tool in self._connectors.tools() if self._connectors else ():
             if connector_tool.name in built.tools:
                 logger.warning("connector tool %r collides with an upstream tool; left out", connector_tool.name)

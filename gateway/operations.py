@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
 import anyio
@@ -80,6 +80,11 @@ class Operations:
             return out
 
         metrics.watch_upstreams(states)
+
+    def watch_catalog(self, rebuilds: Callable[[], int]) -> None:
+        """Report how often the catalog was rebuilt (`rebuilds`: the count so far)."""
+        if self.telemetry.metrics is not None:
+            self.telemetry.metrics.watch_catalog(rebuilds)
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 __all__ = ["CONTENT_TYPE", "GatewayMetrics", "UpstreamState", "multiprocess_dir"]
@@ -58,6 +58,18 @@ class _Runtime(Collector):
                 age.add_metric([state.name], state.listing_age_seconds)
         yield up
         yield age
+
+
+class _Catalog(Collector):
+    """How often the merged catalog was rebuilt, read when scraped."""
+
+    def __init__(self, rebuilds: Callable[[], int]) -> None:
+        self._rebuilds = rebuilds
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily("dex_gateway_catalog_rebuilds", "merges of the upstreams' routes after listings changed")
+        family.add_metric([], float(self._rebuilds()))
+        yield family
 
 
 class GatewayMetrics:
@@ -103,6 +115,7 @@ class GatewayMetrics:
             ["upstream", "kind"], registry=registry,
         )
         self._runtime: _Runtime | None = None
+        self._catalog: _Catalog | None = None
 
     def notifications_dropped_of(self, upstream: str) -> Callable[[str], None]:
         """Count one notification of a call to `upstream` coalesced or dropped (`kind`: progress, log)."""
@@ -119,6 +132,12 @@ class GatewayMetrics:
         if not self._multiprocess:
             self._registry.register(self._runtime)
 
+    def watch_catalog(self, rebuilds: Callable[[], int]) -> None:
+        """Report the catalog's rebuild count from `rebuilds` at every scrape."""
+        self._catalog = _Catalog(rebuilds)
+        if not self._multiprocess:
+            self._registry.register(self._catalog)
+
     def exposition(self) -> bytes:
         """The Prometheus text of every metric (all workers' under `--workers N`)."""
         if not self._multiprocess:
@@ -129,4 +148,6 @@ class GatewayMetrics:
         multiprocess.MultiProcessCollector(registry, path=self._multiprocess)
         if self._runtime is not None:
             registry.register(self._runtime)
+        if self._catalog is not None:
+            registry.register(self._catalog)
         return generate_latest(registry)

@@ -134,7 +134,8 @@ class ListingCache:
             entry.failed_at = self.clock()
             logger.exception("upstream %s: %s failed unexpectedly", self.upstream.name, kind.method)
         else:
-            changed = items != entry.items
+            # No listing yet and an empty one publish the same nothing: not a change.
+            changed = items != (entry.items if entry.items is not None else [])
             entry.items = items
             entry.fetched_at = self.clock()
             entry.failed_at = None
