@@ -17,23 +17,23 @@ from typing import Any
 
 import anyio
 
-from .approvals.gate import ApprovalGate, ApprovalMode
 from .api.approvals_api import checked_tokens
 from .api.approvals_server import ApprovalsServer, bind_loopback
-from .turn.builtins import Builtins
-from .terminal.console import Console, ConsoleQuestioner
-from .turn.continuation import load_hook
+from .api.host_api import host_app
+from .approvals.gate import ApprovalGate, ApprovalMode
 from .domain.credentials import agent_token, approver_token
 from .domain.settings import resolve_settings
-from .gateway_client.tools import GatewayToolSource
-from .api.host_api import host_app
 from .gateway_client.images import ImageLibrary, image_library
-from .turn.loop import AgentConfig, TurnLoop
+from .gateway_client.tasks import HostTasks
+from .gateway_client.tools import GatewayToolSource
 from .models.base import ModelClient
 from .models.openai_compat import OpenAICompatClient, OpenAIConfig
 from .models.scripted import ScriptedModelClient, load_script
-from .gateway_client.tasks import HostTasks
 from .store.session_store import SessionStore, store_path
+from .terminal.console import Console, ConsoleQuestioner
+from .turn.builtins import Builtins
+from .turn.continuation import load_hook
+from .turn.loop import AgentConfig, TurnLoop
 
 DEFAULT_MODEL = "scripted"
 

@@ -22,9 +22,9 @@ from ..domain.cards import (
     display_name,
     time_left,
 )
-from .decisions import first_decision
 from ..domain.records import ApprovalRecord, ApprovalStatus, ToolCallRecord
 from ..store.session_store import SessionStore
+from .decisions import first_decision
 
 __all__ = [
     "DEFAULT_APPROVAL_TIMEOUT_SECONDS", "MAX_NAME_CHARS", "ApprovalCard", "ApprovalGate", "ApprovalMode", "ApprovalPrompter",

@@ -13,11 +13,11 @@ import httpx
 
 from ..api.approvals_api import checked_tokens
 from ..api.approvals_server import ApprovalsServer, bind_loopback
-from ..domain.credentials import agent_token, approver_token
 from ..api.host_api import host_app
-from ..gateway_client.connection import describe
+from ..domain.credentials import agent_token, approver_token
 from ..domain.records import SessionRecord, ToolCallRecord, TurnRecord
 from ..domain.safe_text import terminal_text
+from ..gateway_client.connection import describe
 from ..store.session_store import SessionStore, store_path
 
 

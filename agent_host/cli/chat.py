@@ -21,15 +21,15 @@ from typing import Any
 
 import anyio
 
-from ..host import Host, open_host
-from .images import show_images, user_images
-from ..terminal.console import Console
+from ..domain.records import ControlKind, ControlRecord, PlanStatus, TurnMode, TurnRecord
+from ..domain.safe_text import terminal_text
 from ..gateway_client.connection import GatewayRefused
+from ..host import Host, open_host
+from ..terminal.console import Console
+from .images import show_images, user_images
 from .plan_flow import approve_from_terminal, execute_plan, pending_execution
 from .run import report
 from .settings import settings_changes
-from ..domain.records import ControlKind, ControlRecord, PlanStatus, TurnMode, TurnRecord
-from ..domain.safe_text import terminal_text
 
 PLAN_POLL_SECONDS = 0.2
 HELP = "type a line while a turn runs to steer it · Ctrl-C cancels the turn · /plan MSG · /approve · /exit"

@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..terminal.console import Console
 from ..gateway_client.images import ImageLibrary, ImageReference, image_line
+from ..terminal.console import Console
 
 __all__ = ["add_image_args", "show_images", "user_images"]
 

@@ -7,20 +7,18 @@ planning turn replaced never runs."""
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
-from ..domain import texts
 from ..approvals.decisions import first_decision
+from ..domain import texts
 from ..domain.records import ControlKind, ControlRecord, PlanStatus, TurnMode, TurnRecord
-
-if TYPE_CHECKING:
-    from ..host import Host
-    from ..store.session_store import SessionStore
+from ..host import Host
+from ..store.session_store import SessionStore
 
 POLL_SECONDS = 0.2
 
 
-async def pending_execution(store: "SessionStore", session_id: str) -> ControlRecord | None:
+async def pending_execution(store: SessionStore, session_id: str) -> ControlRecord | None:
     """An approval of the current draft waiting to run (others are settled as stale)."""
     session = await store.get_session(session_id)
     controls = [c for c in await store.pending_controls(session_id, None) if c.kind is ControlKind.EXECUTE_PLAN]
@@ -33,18 +31,18 @@ async def pending_execution(store: "SessionStore", session_id: str) -> ControlRe
     return current[0] if current else None
 
 
-async def execute_plan(host: "Host", control: ControlRecord) -> TurnRecord:
+async def execute_plan(host: Host, control: ControlRecord) -> TurnRecord:
     await host.store.mark_applied([control])
     await host.store.set_plan_status(host.session_id, PlanStatus.ACTIVE)
     host.console.say(f"executing plan revision {control.revision} (approved by {control.source})")
     return await host.loop.run_turn(host.session_id, texts.plan_approved(control.revision or 0), TurnMode.EXECUTING)
 
 
-async def approve_from_terminal(host: "Host", revision: int) -> ControlRecord | None:
+async def approve_from_terminal(host: Host, revision: int) -> ControlRecord | None:
     return await host.store.request_control(host.session_id, ControlKind.EXECUTE_PLAN, "terminal", revision=revision)
 
 
-async def after_planning_turn(host: "Host", ask: bool, timeout: float | None = None) -> TurnRecord | None:
+async def after_planning_turn(host: Host, ask: bool, timeout: float | None = None) -> TurnRecord | None:
     """Show the draft and wait for its approval (`ask`: also on the terminal); then execute it."""
     session = await host.store.get_session(host.session_id)
     if session is None or session.plan_status is not PlanStatus.DRAFT:

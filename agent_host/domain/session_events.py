@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .cards import MAX_NAME_CHARS, ApprovalCard, call_summary
 from ..models.base import Message
+from .cards import MAX_NAME_CHARS, ApprovalCard, call_summary
 from .records import ControlRecord, QuestionRecord, ToolCallRecord, TurnRecord
 from .safe_text import terminal_text
 

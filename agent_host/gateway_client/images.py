@@ -34,8 +34,8 @@ from gateway.media.validation import ImageRules, ValidImage, check_image
 from gateway.media.formats import image_type
 
 from ..domain import texts
-from ..models.base import ModelRequest
 from ..domain.safe_text import terminal_text
+from ..models.base import ModelRequest
 
 __all__ = ["ImageLibrary", "ImageReference", "block_text", "image_line", "references_in"]
 

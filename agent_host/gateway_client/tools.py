@@ -28,10 +28,10 @@ from gateway.conventions.outcomes import (
 )
 
 from ..domain import texts
+from ..domain.records import CallStatus
 from .cancel_guard import TransportCancelled, outside_transport_cancels
 from .connection import GatewayConnection, GatewayRefused, GatewayUnavailable, describe
 from .images import ImageLibrary, ImageReference, block_text, references_in
-from ..domain.records import CallStatus
 from .reissue import PriorAttempts, give_up, plan_attempts, resolve
 from .tasks import HostTasks, TaskCaller
 

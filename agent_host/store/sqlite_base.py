@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from ..domain import session_events as events
-from ..models.base import Message
 from ..domain.cards import ApprovalCard
 from ..domain.records import ApprovalRecord, EventRecord, SessionRecord, ToolCallRecord, TurnRecord, TurnStatus
+from ..models.base import Message
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (

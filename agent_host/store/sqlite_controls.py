@@ -14,7 +14,6 @@ import sqlite3
 import time
 
 from ..domain import session_events as events
-from ..models.base import Message
 from ..domain.records import (
     ApprovalStatus,
     ControlKind,
@@ -24,6 +23,7 @@ from ..domain.records import (
     QuestionStatus,
     TurnStatus,
 )
+from ..models.base import Message
 from .sqlite_base import SqliteBase
 
 

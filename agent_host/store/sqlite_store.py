@@ -19,7 +19,6 @@ from typing import Any
 from gateway.media.references import ImageReference
 
 from ..domain import session_events as events
-from ..models.base import Message
 from ..domain.records import (
     ApprovalRecord,
     ApprovalStatus,
@@ -30,6 +29,7 @@ from ..domain.records import (
     TurnRecord,
     TurnStatus,
 )
+from ..models.base import Message
 from .sqlite_controls import SqliteControls
 from .sqlite_ledger import SqliteLedger
 
@@ -63,7 +63,7 @@ class SqliteSessionStore(SqliteControls, SqliteLedger):
             listed.append((session, len(turns), turns[-1].status.value if turns else None))
         return listed
 
-    def set_settings(self, session_id: str, settings: dict[str, Any], model: str | None) -> SessionRecord:
+    def set_settings(self, session_id: str, settings: dict[str, Any], model: str | None = None) -> SessionRecord:
         with self._tx() as db:
             db.execute(
                 "UPDATE sessions SET settings = ?, model = COALESCE(?, model) WHERE id = ?",

@@ -15,15 +15,15 @@ from typing import TextIO
 import anyio
 
 from ..approvals.gate import ApprovalCard, Decision, time_left
-from ..turn.builtins import WRITE_TODOS
-from ..turn.events import LoopEvents
-from ..gateway_client.images import image_line
-from .line_reader import LineReader
-from ..models.base import ModelResponse
 from ..domain.plan import shown_plan
 from ..domain.records import ApprovalStatus, CallStatus, ToolCallRecord, TurnRecord, TurnStatus, UsageRecord
 from ..domain.safe_text import arguments_view, terminal_text
 from ..domain.spend import usage_line
+from ..gateway_client.images import image_line
+from ..models.base import ModelResponse
+from ..turn.builtins import WRITE_TODOS
+from ..turn.events import LoopEvents
+from .line_reader import LineReader
 
 RESULT_CHARS = 240
 

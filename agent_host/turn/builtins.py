@@ -13,11 +13,11 @@ from typing import Any, Protocol
 
 import anyio
 
+from ..approvals.decisions import first_decision
 from ..domain import texts
 from ..domain.cards import approval_id
-from ..approvals.decisions import first_decision
-from ..models.base import ToolSpec
 from ..domain.records import CallStatus, PlanStatus, QuestionRecord, QuestionStatus, ToolCallRecord, TurnMode
+from ..models.base import ToolSpec
 from ..store.session_store import SessionStore
 
 ASK_USER = "ask_user"

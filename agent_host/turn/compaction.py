@@ -16,12 +16,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..domain import texts
-from .events import LoopEvents
-from .history import History, Unit, estimate_tokens, load_history, message_tokens, request_tokens
-from ..models.base import Message, ModelClient, ModelRequest, ToolSpec
 from ..domain.records import TurnRecord
 from ..domain.settings import SessionSettings
+from ..models.base import Message, ModelClient, ModelRequest, ToolSpec
 from ..store.session_store import SessionStore
+from .events import LoopEvents
+from .history import History, Unit, estimate_tokens, load_history, message_tokens, request_tokens
 from .turn_control import Section, TurnControl
 
 SUMMARY_INSTRUCTIONS = (

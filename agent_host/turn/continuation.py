@@ -25,8 +25,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..models.base import ToolCall
 from ..domain.records import ToolCallRecord
+from ..models.base import ToolCall
 
 MAX_CONSECUTIVE_CONTINUATIONS = 8
 

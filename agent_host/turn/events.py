@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Protocol
 
 from ..approvals.gate import ApprovalCard, Decision
+from ..domain.records import ToolCallRecord, TurnRecord, UsageRecord
 from ..gateway_client.tools import CallRequest, CallResult, GatewayTool, OnAttempt, OnProgress
 from ..models.base import ModelResponse
-from ..domain.records import ToolCallRecord, TurnRecord, UsageRecord
 
 
 class ToolSource(Protocol):

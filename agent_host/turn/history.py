@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..domain import texts
-from ..models.base import Message, ModelRequest, ToolSpec
 from ..domain.records import CompactionRecord
+from ..models.base import Message, ModelRequest, ToolSpec
 from ..store.session_store import SessionStore
 
 BYTES_PER_TOKEN = 3  # errs high for English text, as the seed's estimateTextTokens

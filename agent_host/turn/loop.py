@@ -21,22 +21,22 @@ from typing import Any
 import anyio
 from pydantic import BaseModel, Field
 
-from ..domain import session_events, texts
 from ..approvals.gate import ApprovalGate
+from ..domain import session_events, texts
+from ..domain.plan import plan_note
+from ..domain.records import CallStatus, PlanStatus, ToolCallRecord, TurnMode, TurnRecord, TurnStatus
+from ..domain.settings import SessionSettings, apply_policy
+from ..domain.spend import limit_reached
+from ..gateway_client.images import ImageLibrary, ImageReference
+from ..gateway_client.tools import GatewayTool, GatewayUnavailable
+from ..models.base import Message, ModelClient, ModelError, ModelRequest, ModelResponse, ToolCall, ToolSpec
+from ..store.session_store import SessionStore
 from .builtins import DEFINITIONS as BUILTIN_DEFINITIONS
 from .builtins import WRITE_TODOS, Builtins
 from .compaction import Compactor, Request
 from .continuation import MAX_CONSECUTIVE_CONTINUATIONS, ContinuationContext, ContinuationError, ContinueTurn, Hook, decide
 from .continuation import load_hook, results_of
 from .events import LoopEvents, ToolSource
-from ..gateway_client.tools import GatewayTool, GatewayUnavailable
-from ..gateway_client.images import ImageLibrary, ImageReference
-from ..models.base import Message, ModelClient, ModelError, ModelRequest, ModelResponse, ToolCall, ToolSpec
-from ..domain.plan import plan_note
-from ..domain.records import CallStatus, PlanStatus, ToolCallRecord, TurnMode, TurnRecord, TurnStatus
-from ..domain.settings import SessionSettings, apply_policy
-from ..domain.spend import limit_reached
-from ..store.session_store import SessionStore
 from .tool_runner import ToolRunner
 from .turn_control import POLL_SECONDS, Section, TurnControl
 from .validation import check_arguments

@@ -13,13 +13,13 @@ import anyio
 
 from gateway.conventions.keys import Effect
 
-from ..domain import texts
 from ..approvals.gate import ApprovalGate
+from ..domain import texts
+from ..domain.records import ApprovalStatus, CallStatus, CancelReason, ToolCallRecord
+from ..gateway_client.tools import CallRequest, CallResult, PriorAttempts
+from ..store.session_store import SessionStore
 from .builtins import WRITE_TODOS, Builtins
 from .events import LoopEvents, ToolSource
-from ..gateway_client.tools import CallRequest, CallResult, PriorAttempts
-from ..domain.records import ApprovalStatus, CallStatus, CancelReason, ToolCallRecord
-from ..store.session_store import SessionStore
 from .turn_control import Section, TurnControl
 
 _CANCELLED_TEXTS = {
