@@ -52,7 +52,7 @@ class ModelRequest(BaseModel):
     tools: list[ToolSpec]
     # 1-based number of this model call within the turn (scripts branch on it).
     model_call: int = 1
-    # The bytes of the messages' images, by SHA-256, loaded for this call (agent_host/images.py);
+    # The bytes of the messages' images, by SHA-256, loaded for this call (agent_host/gateway_client/images.py);
     # an image missing here is shown to the model as not available.
     image_data: dict[str, bytes] = Field(default_factory=dict, exclude=True)
     # "summary": the host compacting the history (no tools; answer with the summary).

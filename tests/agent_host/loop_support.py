@@ -13,16 +13,16 @@ from typing import Any
 
 import anyio
 
-from agent_host.approvals import ApprovalGate
-from agent_host.builtins import Builtins
-from agent_host.continuation import Hook
-from agent_host.events import LoopEvents
-from agent_host.gateway_tools import CallRequest, CallResult, GatewayTool, OnAttempt, OnProgress
-from agent_host.loop import AgentConfig, TurnLoop
+from agent_host.approvals.gate import ApprovalGate
+from agent_host.turn.builtins import Builtins
+from agent_host.turn.continuation import Hook
+from agent_host.turn.events import LoopEvents
+from agent_host.gateway_client.tools import CallRequest, CallResult, GatewayTool, OnAttempt, OnProgress
+from agent_host.turn.loop import AgentConfig, TurnLoop
 from agent_host.models.base import ModelRequest, ModelResponse
 from agent_host.models.scripted import ScriptedModelClient
-from agent_host.records import CallStatus, TurnRecord, UsageRecord
-from agent_host.store import SessionStore
+from agent_host.domain.records import CallStatus, TurnRecord, UsageRecord
+from agent_host.store.session_store import SessionStore
 from gateway.conventions.keys import Effect
 
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}, "text": {"type": "string"}}}

@@ -9,10 +9,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agent_host.approvals import ApprovalCard, ApprovalGate, approval_id, call_summary
-from agent_host.approvals_api import approvals_app
+from agent_host.approvals.gate import ApprovalCard, ApprovalGate, approval_id, call_summary
+from agent_host.api.approvals_api import approvals_app
 from agent_host.models.base import Message, ToolCall
-from agent_host.store import CallStatus, SessionStore, ToolCallRecord
+from agent_host.store.session_store import CallStatus, SessionStore, ToolCallRecord
 
 APPROVER = {"Authorization": "Bearer approver"}
 AGENT = {"Authorization": "Bearer agent"}

@@ -22,8 +22,8 @@ from typing import Any
 import httpx
 import pytest
 
-from agent_host.approvals import approval_id, call_summary
-from agent_host.web_page import CONTENT_SECURITY_POLICY
+from agent_host.approvals.gate import approval_id, call_summary
+from agent_host.api.web_page import CONTENT_SECURITY_POLICY
 from tests.agent_host.host_support import REPO_ROOT, Proc, Stack, dex_agent
 from tests.agent_host.scripts import HOSTILE_ARGUMENTS
 from tests.support.servers import free_port, read_executions

@@ -19,8 +19,8 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from agent_host.cancel_guard import TransportCancelled, outside_transport_cancels
-from agent_host.gateway_tools import CallRequest, GatewayToolSource
+from agent_host.gateway_client.cancel_guard import TransportCancelled, outside_transport_cancels
+from agent_host.gateway_client.tools import CallRequest, GatewayToolSource
 from gateway.conventions.keys import Effect
 from tests.agent_host.cutting_proxy import CuttingProxy
 from tests.agent_host.host_support import Stack, start_stack

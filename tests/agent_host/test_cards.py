@@ -15,11 +15,11 @@ import anyio
 import httpx
 import pytest
 
-from agent_host.approvals import ApprovalCard, ApprovalGate
-from agent_host.approvals_api import approvals_app
-from agent_host.console import Console
+from agent_host.approvals.gate import ApprovalCard, ApprovalGate
+from agent_host.api.approvals_api import approvals_app
+from agent_host.terminal.console import Console
 from agent_host.models.base import Message, ToolCall
-from agent_host.store import CallStatus, SessionStore, ToolCallRecord
+from agent_host.store.session_store import CallStatus, SessionStore, ToolCallRecord
 
 LONG = "A" * 10_000
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_host.cli import main
+from agent_host.cli.main import main
 from tests.agent_host.host_support import Stack
 
 SCRIPTS = "scripted:tests.agent_host.scripts:"

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from agent_host import texts
-from agent_host.compaction import SUMMARY_INSTRUCTIONS, select_cutoff, summary_prompt
-from agent_host.history import History, Unit, estimate_tokens, load_history, request_tokens
+from agent_host.domain import texts
+from agent_host.turn.compaction import SUMMARY_INSTRUCTIONS, select_cutoff, summary_prompt
+from agent_host.turn.history import History, Unit, estimate_tokens, load_history, request_tokens
 from agent_host.models.base import Message, ModelRequest, ModelResponse
 from agent_host.models.scripted import call
 from gateway.conventions.keys import Effect

@@ -1,5 +1,5 @@
 """The gateway tool source: effects and approval from _meta, answers to outcomes, and the
-re-issue rules (`agent_host.reissue`) by effect, across restarts."""
+re-issue rules (`agent_host.gateway_client.reissue`) by effect, across restarts."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from agent_host import texts
-from agent_host.gateway_tools import (
+from agent_host.domain import texts
+from agent_host.gateway_client.tools import (
     CallRequest,
     CallResult,
     GatewayToolSource,
@@ -17,8 +17,8 @@ from agent_host.gateway_tools import (
     OnProgress,
     call_result,
 )
-from agent_host.records import CallStatus
-from agent_host.reissue import RECOVERY_WINDOW_SECONDS, AttemptPlan, PriorAttempts, plan_attempts
+from agent_host.domain.records import CallStatus
+from agent_host.gateway_client.reissue import RECOVERY_WINDOW_SECONDS, AttemptPlan, PriorAttempts, plan_attempts
 from gateway.conventions.answers import Answer
 from gateway.conventions.effects import listed_tool_classification
 from gateway.conventions.keys import APPROVAL_KEY, EFFECT_KEY, OUTCOME_KEY, REPLAYED_KEY, Effect
@@ -59,7 +59,7 @@ def test_outcome_key_wins_over_is_error() -> None:
     assert call_result("t", _answer("bad input", is_error=True), 1).status is CallStatus.FAILED
     ok = call_result("t", _answer("done", meta={REPLAYED_KEY: True}), 1)
     assert ok.status is CallStatus.SUCCEEDED and ok.text == "done" and ok.replayed
-    # An inline image the host did not keep is a placeholder, never its base64 (agent_host/images.py).
+    # An inline image the host did not keep is a placeholder, never its base64 (agent_host/gateway_client/images.py).
     image = call_result("t", Answer(content=[{"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"}]), 1)
     assert image.text == "[image: image/png, not kept by the host]" and image.images == []
     other = call_result("t", Answer(content=[{"type": "resource_link", "uri": "notes://1", "name": "n"}]), 1)

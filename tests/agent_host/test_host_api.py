@@ -9,12 +9,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agent_host.builtins import question_id
-from agent_host.host_api import host_app
+from agent_host.turn.builtins import question_id
+from agent_host.api.host_api import host_app
 from agent_host.models.base import Message, ToolCall
-from agent_host.records import ControlKind, QuestionRecord, QuestionStatus, TurnStatus
-from agent_host.store import CallStatus, SessionStore, ToolCallRecord
-from agent_host.web_page import CONTENT_SECURITY_POLICY
+from agent_host.domain.records import ControlKind, QuestionRecord, QuestionStatus, TurnStatus
+from agent_host.store.session_store import CallStatus, SessionStore, ToolCallRecord
+from agent_host.api.web_page import CONTENT_SECURITY_POLICY
 
 pytestmark = pytest.mark.anyio
 

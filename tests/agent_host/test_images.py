@@ -14,15 +14,15 @@ import httpx
 import pytest
 import respx
 
-from agent_host.approvals import ApprovalGate
-from agent_host.builtins import Builtins
-from agent_host.gateway_tools import CallRequest, CallResult, GatewayTool, OnAttempt, OnProgress, call_result
-from agent_host.images import ImageLibrary, image_line
-from agent_host.loop import AgentConfig, TurnLoop
+from agent_host.approvals.gate import ApprovalGate
+from agent_host.turn.builtins import Builtins
+from agent_host.gateway_client.tools import CallRequest, CallResult, GatewayTool, OnAttempt, OnProgress, call_result
+from agent_host.gateway_client.images import ImageLibrary, image_line
+from agent_host.turn.loop import AgentConfig, TurnLoop
 from agent_host.models.base import ModelClient, ModelRequest, ModelResponse
 from agent_host.models.openai_compat import OpenAICompatClient, OpenAIConfig
 from agent_host.models.scripted import ScriptedModelClient, call
-from agent_host.store import SessionStore
+from agent_host.store.session_store import SessionStore
 from gateway.conventions.answers import Answer
 from gateway.conventions.keys import Effect
 from gateway.media.references import ImageReference, image_blocks, media_uri

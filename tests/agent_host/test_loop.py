@@ -11,14 +11,14 @@ from typing import Any
 import anyio
 import pytest
 
-from agent_host import texts
-from agent_host.approvals import ApprovalGate, approval_id
-from agent_host.builtins import Builtins
-from agent_host.gateway_tools import CallRequest, CallResult, GatewayTool, OnAttempt, OnProgress, PriorAttempts
-from agent_host.loop import AgentConfig, TurnLoop
+from agent_host.domain import texts
+from agent_host.approvals.gate import ApprovalGate, approval_id
+from agent_host.turn.builtins import Builtins
+from agent_host.gateway_client.tools import CallRequest, CallResult, GatewayTool, OnAttempt, OnProgress, PriorAttempts
+from agent_host.turn.loop import AgentConfig, TurnLoop
 from agent_host.models.base import Message, ModelRequest, ModelResponse, ToolCall
 from agent_host.models.scripted import ScriptedModelClient, call
-from agent_host.store import ApprovalStatus, CallStatus, SessionStore, ToolCallRecord
+from agent_host.store.session_store import ApprovalStatus, CallStatus, SessionStore, ToolCallRecord
 from gateway.conventions.keys import Effect
 
 pytestmark = pytest.mark.anyio

@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from agent_host import texts
-from agent_host.continuation import MAX_CONSECUTIVE_CONTINUATIONS, ContinuationContext, ContinueTurn, load_hook
-from agent_host.loop import AgentConfig
+from agent_host.domain import texts
+from agent_host.turn.continuation import MAX_CONSECUTIVE_CONTINUATIONS, ContinuationContext, ContinueTurn, load_hook
+from agent_host.turn.loop import AgentConfig
 from agent_host.models.base import ModelRequest, ModelResponse
 from agent_host.models.scripted import call
-from agent_host.plan import PLANNING_NOTE
-from agent_host.plan_flow import pending_execution
-from agent_host.records import CallStatus, ControlKind, PlanStatus, TurnMode, TurnStatus
+from agent_host.domain.plan import PLANNING_NOTE
+from agent_host.cli.plan_flow import pending_execution
+from agent_host.domain.records import CallStatus, ControlKind, PlanStatus, TurnMode, TurnStatus
 from gateway.conventions.keys import Effect
 from tests.agent_host.loop_support import Tools, host, last_user, tool
 

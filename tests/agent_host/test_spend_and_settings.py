@@ -12,12 +12,12 @@ from pathlib import Path
 import anyio
 import pytest
 
-from agent_host.cli import main
+from agent_host.cli.main import main
 from agent_host.models.base import ModelRequest, ModelResponse
 from agent_host.models.scripted import ScriptedModelClient, call
-from agent_host.records import CallStatus, ControlKind, TurnStatus
-from agent_host.settings import SessionSettings, ToolPolicySetting, apply_policy, parse_policy
-from agent_host.store import SessionStore
+from agent_host.domain.records import CallStatus, ControlKind, TurnStatus
+from agent_host.domain.settings import SessionSettings, ToolPolicySetting, apply_policy, parse_policy
+from agent_host.store.session_store import SessionStore
 from gateway.conventions.keys import Effect
 from tests.agent_host.loop_support import Tools, eventually, host, tool
 

@@ -15,11 +15,11 @@ from pathlib import Path
 import anyio
 import pytest
 
-from agent_host import texts
-from agent_host.approvals import approval_id
+from agent_host.domain import texts
+from agent_host.approvals.gate import approval_id
 from agent_host.models.base import ModelRequest, ModelResponse
 from agent_host.models.scripted import call
-from agent_host.records import (
+from agent_host.domain.records import (
     ApprovalStatus,
     CallStatus,
     CancelReason,

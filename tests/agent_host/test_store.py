@@ -12,8 +12,8 @@ from typing import Any
 import anyio
 import pytest
 
-from agent_host.sqlite_store import SqliteSessionStore
-from agent_host.store import SessionStore
+from agent_host.store.sqlite_store import SqliteSessionStore
+from agent_host.store.session_store import SessionStore
 
 pytestmark = pytest.mark.anyio
 

@@ -62,8 +62,8 @@ def test_a_cancelled_poll_cancels_its_task_and_cancel_tasks_cancels_open_ones(tm
     `cancel_tasks` cancels the open tasks of given calls."""
     import anyio
 
-    from agent_host.gateway_session import GatewayConnection
-    from agent_host.tasks import HostTasks, TaskCaller
+    from agent_host.gateway_client.connection import GatewayConnection
+    from agent_host.gateway_client.tasks import HostTasks, TaskCaller
 
     with start_http_server("tasks_server", state_dir=tmp_path / "up") as upstream:
         config = write_config(tmp_path, {"upstreams": [http_upstream("t", upstream.url, protocol="handshake")]})

@@ -1,0 +1,105 @@
+"""A fresh MCP session with the gateway per exchange (Streamable HTTP, the SDK client).
+
+Why not one long-lived client: a fresh `initialize` proves the gateway reachable before the
+request leaves, which is how "never sent" (safe to call again) is told apart from "sent, then
+interrupted"; it also rides over a gateway restart for free.
+
+The session is entered with `async with`, so the SDK's own task group sees the exception in
+flight and ends the way the SDK means it to; a stray cancellation is still possible and is
+handled by `cancel_guard`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+
+import httpx2
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from ..domain.credentials import TOKEN_ENV, TOKEN_FILE_FLAG
+
+_REFUSED = frozenset({401, 403})
+
+
+class GatewayUnavailable(Exception):
+    """The gateway could not be reached (nothing was sent)."""
+
+
+class GatewayRefused(GatewayUnavailable):
+    """The gateway answered the handshake with 401/403: the agent's token is missing or wrong."""
+
+
+def describe(exc: BaseException, limit: int = 200) -> str:
+    """`Type: message` of the first real exception inside (nested) exception groups, one line."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    message = " ".join(str(exc).split())
+    text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class _Statuses:
+    """The HTTP statuses of one session's responses (to tell a refused token from a failure)."""
+
+    def __init__(self) -> None:
+        self.refused: int | None = None
+
+    async def record(self, response: httpx2.Response) -> None:
+        if response.status_code in _REFUSED and self.refused is None:
+            self.refused = response.status_code
+
+
+class GatewayConnection:
+    def __init__(
+        self,
+        url: str,
+        token: str | None,
+        connect_timeout: float = 30.0,
+        call_timeout: float = 60.0,
+        connect_attempts: int = 3,
+    ) -> None:
+        self.url = url
+        self.token = token
+        self.call_timeout = call_timeout
+        self._connect_timeout = connect_timeout
+        self._connect_attempts = connect_attempts
+
+    def _refused(self, status: int, exc: BaseException) -> GatewayRefused:
+        how = "without a token" if not self.token else "with the agent's token"
+        detail = describe(exc).removeprefix("MCPError: ")
+        return GatewayRefused(
+            f"the gateway at {self.url} refused the connection {how} (HTTP {status}: {detail}); "
+            f"set ${TOKEN_ENV} or {TOKEN_FILE_FLAG} to a token the gateway accepts"
+        )
+
+    @asynccontextmanager
+    async def session(self) -> AsyncIterator[Client]:
+        """An initialized MCP session; GatewayUnavailable when no attempt could connect."""
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        timeout = httpx2.Timeout(self._connect_timeout, read=self.call_timeout + 5)
+        last: BaseException | None = None
+        for _ in range(self._connect_attempts):
+            statuses = _Statuses()
+            async with AsyncExitStack() as stack:
+                http = await stack.enter_async_context(
+                    httpx2.AsyncClient(headers=headers, timeout=timeout, event_hooks={"response": [statuses.record]})
+                )
+                client = Client(
+                    streamable_http_client(self.url, http_client=http),
+                    mode="legacy",
+                    cache=None,
+                    read_timeout_seconds=self.call_timeout,
+                )
+                try:
+                    await stack.enter_async_context(client)
+                except Exception as exc:  # noqa: BLE001 - any failure before the handshake ends means nothing was sent
+                    if statuses.refused is not None:
+                        raise self._refused(statuses.refused, exc) from None
+                    last = exc
+                    continue
+                yield client
+                return
+        reason = describe(last) if last is not None else "no attempt"
+        raise GatewayUnavailable(f"cannot reach the gateway at {self.url}: {reason}")

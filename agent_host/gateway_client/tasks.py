@@ -1,0 +1,185 @@
+"""Tools that need a task (`execution.taskSupport: required`), called as MCP tasks (2025-11-25).
+
+The host sends `tools/call` with a `task` parameter and the call's idempotency key, records the
+task id durably (a small table in the session store's SQLite file) before it polls, polls
+`tasks/get` at the task's pollInterval (its status messages become progress), and reads the end
+with `tasks/result`. A host killed while a task runs finds the task id at its restart and polls the
+same task again instead of calling the tool again. A retried creation is safe for every effect:
+the gateway's fence answers the same key with the same task.
+
+A poll loop that is cancelled (the turn was cancelled) cancels its task (`tasks/cancel`);
+`cancel_tasks` cancels every task still open for a set of keys (e.g. a cancelled turn's calls).
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import mcp_types as types
+from mcp.shared.exceptions import MCPError
+
+from gateway.conventions.answers import Answer
+from gateway.conventions.keys import IDEMPOTENCY_KEY
+from gateway.conventions.outcomes import AttemptEvent, Interrupted, NotSent, Replied, RpcError
+
+from .connection import GatewayConnection, GatewayUnavailable, describe
+
+__all__ = ["HostTasks", "TaskCaller"]
+
+log = logging.getLogger(__name__)
+
+_TERMINAL = frozenset({"completed", "failed", "cancelled"})
+_TASK_TTL_MS = 24 * 3600 * 1000
+_MIN_POLL, _MAX_POLL = 0.1, 30.0
+# Polls that may fail in a row (the gateway restarting) before the call counts as interrupted.
+_POLL_FAILURES = 30
+
+
+class HostTasks:
+    """The task ids of the host's tool calls, by idempotency key, in the session store's file."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._ready = False
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, timeout=10, isolation_level=None)
+        conn.execute("PRAGMA busy_timeout = 10000")
+        if not self._ready:
+            conn.execute("CREATE TABLE IF NOT EXISTS host_tasks (key TEXT PRIMARY KEY, task_id TEXT NOT NULL, "
+                         "tool TEXT NOT NULL, status TEXT NOT NULL, updated_at REAL NOT NULL)")
+            self._ready = True
+        return conn
+
+    def _run(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        conn = self._connect()
+        try:
+            return conn.execute(sql, params).fetchall()
+        finally:
+            conn.close()
+
+    async def task_of(self, key: str) -> tuple[str, str] | None:
+        """(task id, last seen status) of the call with this key."""
+        rows = await anyio.to_thread.run_sync(self._run, "SELECT task_id, status FROM host_tasks WHERE key = ?", (key,))
+        return (rows[0][0], rows[0][1]) if rows else None
+
+    async def record(self, key: str, task_id: str, tool: str, status: str) -> None:
+        await anyio.to_thread.run_sync(self._run, "INSERT INTO host_tasks (key, task_id, tool, status, updated_at) VALUES "
+                                       "(?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE SET task_id = excluded.task_id, "
+                                       "status = excluded.status, updated_at = excluded.updated_at",
+                                       (key, task_id, tool, status, time.time()))
+
+
+OnProgress = Callable[[float, float | None, str | None], Any]
+
+
+class TaskCaller:
+    """One tool call as a task: create (or find) it, poll it, read its end."""
+
+    def __init__(self, connection: GatewayConnection, tasks: HostTasks) -> None:
+        self._connection = connection
+        self._tasks = tasks
+
+    async def known(self, key: str) -> bool:
+        """Whether this call already has a task (a restarted host resumes it)."""
+        return await self._tasks.task_of(key) is not None
+
+    async def call(self, name: str, arguments: dict[str, Any], key: str,
+                   on_progress: OnProgress | None = None, on_sent: Callable[[], Any] | None = None) -> AttemptEvent:
+        """The call's end as an attempt event (the re-issue rules read it like a plain call's)."""
+        known = await self._tasks.task_of(key)
+        if known is not None:
+            log.info("%s (key %s): resuming task %s", name, key, known[0])
+            task_id = known[0]
+        else:
+            try:
+                async with self._connection.session() as client:
+                    if on_sent is not None:
+                        await on_sent()
+                    created = await _raw(client, "tools/call", {"name": name, "arguments": arguments,
+                                                                "_meta": {IDEMPOTENCY_KEY: key}, "task": {"ttl": _TASK_TTL_MS}})
+            except GatewayUnavailable as exc:
+                return NotSent(str(exc))
+            except MCPError as exc:
+                return RpcError(exc.error.code, exc.error.message, exc.error.data)
+            except Exception as exc:  # noqa: BLE001 - the request may have left: the same key finds the same task
+                return Interrupted(describe(exc))
+            task = created.get("task")
+            if not isinstance(task, dict):  # the gateway answered at once
+                return Replied(Answer.from_wire(created))
+            task_id = str(task["taskId"])
+            await self._tasks.record(key, task_id, name, str(task.get("status")))
+        try:
+            return await self._poll(name, key, task_id, on_progress)
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+                await self.cancel(key)
+            raise
+
+    async def _poll(self, name: str, key: str, task_id: str, on_progress: OnProgress | None) -> AttemptEvent:
+        failures, seen, step = 0, None, 0
+        while True:
+            try:
+                async with self._connection.session() as client:
+                    while True:
+                        task = await _raw(client, "tasks/get", {"taskId": task_id})
+                        failures = 0
+                        status, message = str(task.get("status")), task.get("statusMessage")
+                        if (status, message) != seen:
+                            seen, step = (status, message), step + 1
+                            await self._tasks.record(key, task_id, name, status)
+                            if on_progress is not None and isinstance(message, str):
+                                await on_progress(step, None, message)
+                        if status in _TERMINAL:
+                            return await self._end(client, task_id)
+                        interval = (task.get("pollInterval") or 1000) / 1000
+                        await anyio.sleep(min(max(interval, _MIN_POLL), _MAX_POLL))
+            except MCPError as exc:
+                if exc.error.code == types.INVALID_PARAMS:  # the gateway no longer knows the task
+                    return Interrupted(f"the gateway no longer knows task {task_id}: {exc.error.message}")
+                failures += 1
+            except Exception as exc:  # noqa: BLE001 - the gateway may be restarting: poll again
+                failures += 1
+                log.info("%s: polling task %s failed (%s)", name, task_id, describe(exc))
+            if failures >= _POLL_FAILURES:
+                return Interrupted(f"task {task_id} could not be polled")
+            await anyio.sleep(min(0.2 * failures, 2.0))
+
+    async def _end(self, client: Any, task_id: str) -> AttemptEvent:
+        try:
+            return Replied(Answer.from_wire(await _raw(client, "tasks/result", {"taskId": task_id})))
+        except MCPError as exc:
+            return RpcError(exc.error.code, exc.error.message, exc.error.data)
+
+    async def cancel(self, key: str) -> bool:
+        """Cancel the task of this call, if it has one that is still open."""
+        known = await self._tasks.task_of(key)
+        if known is None or known[1] in _TERMINAL:
+            return False
+        try:
+            async with self._connection.session() as client:
+                await _raw(client, "tasks/cancel", {"taskId": known[0]})
+        except Exception as exc:  # noqa: BLE001 - best effort: the task's TTL ends it anyway
+            log.warning("cancelling task %s failed: %s", known[0], describe(exc))
+            return False
+        return True
+
+    async def cancel_tasks(self, keys: list[str]) -> int:
+        """Cancel the open tasks of these calls (a cancelled turn's); how many were cancelled."""
+        return sum([await self.cancel(key) for key in keys])
+
+
+async def _raw(client: Any, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    """A request the SDK's typed methods do not know (tasks), through the client's own dispatcher."""
+    session = client.session
+    data: dict[str, Any] = {"method": method, "params": params}
+    opts: dict[str, Any] = {}
+    session._stamp(data, opts)  # noqa: SLF001 - the SDK's own per-era stamp
+    return await session._dispatcher.send_raw_request(method, data["params"], opts)  # noqa: SLF001

@@ -1,0 +1,270 @@
+"""The gateway as the host's only tool source: list its tools, call one by the re-issue rules.
+
+Every call carries its idempotency key in request `_meta`. Each attempt runs in its own task
+(`cancel_guard`), so whatever the MCP client raises — an answer, a JSON-RPC error, a broken
+connection, or its own bare cancellation — comes back as one attempt event of the conventions
+(`Replied`, `RpcError`, `NotSent`, `Interrupted`), and `reissue` decides from the counted
+attempts whether the call is answered, sent again with the same key, or given up.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, cast
+
+import mcp_types as types
+from mcp.shared.dispatcher import ProgressFnT
+from mcp.shared.exceptions import MCPError
+from pydantic import BaseModel, Field
+
+from gateway.conventions.answers import Answer
+from gateway.conventions.effects import listed_tool_classification
+from gateway.conventions.keys import IDEMPOTENCY_KEY, REPLAYED_KEY, Effect, Outcome
+from gateway.conventions.outcomes import (
+    AttemptEvent, Interrupted, NotSent, Replied, RpcError, SendAgain, outcome_of, resolve_attempt,
+)
+
+from ..domain import texts
+from ..domain.records import CallStatus
+from .cancel_guard import TransportCancelled, outside_transport_cancels
+from .connection import GatewayConnection, GatewayRefused, GatewayUnavailable, describe
+from .images import ImageLibrary, ImageReference, block_text, references_in
+from .reissue import PriorAttempts, give_up, plan_attempts, resolve
+from .tasks import HostTasks, TaskCaller
+
+log = logging.getLogger(__name__)
+
+# JSON-RPC codes the SDK client raises itself when the exchange broke after the request left
+# (its read timeout, a closed connection): not answers from the gateway.
+_CLIENT_SIDE_CODES = frozenset({types.REQUEST_TIMEOUT, types.CONNECTION_CLOSED})
+
+OnAttempt = Callable[[int], Awaitable[None]]
+OnProgress = ProgressFnT  # async (progress, total, message) -> None
+
+__all__ = [
+    "CallRequest", "CallResult", "GatewayRefused", "GatewayTool", "GatewayToolSource", "GatewayUnavailable", "OnAttempt", "OnProgress",
+    "PriorAttempts",
+]
+
+
+class GatewayTool(BaseModel):
+    name: str
+    description: str = ""
+    input_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
+    effect: Effect
+    requires_approval: bool
+    task_support: str = "forbidden"  # execution.taskSupport: a "required" tool is called as a task
+
+
+@dataclass(frozen=True)
+class CallRequest:
+    """One gateway tool call as the loop hands it over: `prior` is what the session store says
+    about its earlier attempts."""
+
+    name: str
+    arguments: dict[str, Any]
+    key: str
+    effect: Effect
+    prior: PriorAttempts = PriorAttempts()
+
+
+class CallResult(BaseModel):
+    status: CallStatus
+    text: str
+    replayed: bool = False
+    attempts: int = 0
+    images: list[ImageReference] = Field(default_factory=list)  # references, never bytes
+
+
+def answer_text(answer: Answer) -> str:
+    """Text blocks joined with newlines; images by their `[image <n>]` line; other content as JSON."""
+    parts = [p for p in (block_text(b) for b in answer.content) if p is not None]
+    if not parts and answer.structured_content is not None:
+        parts.append(texts.as_json(answer.structured_content))
+    return "\n".join(parts)
+
+
+def call_result(tool: str, answer: Answer, attempts: int) -> CallResult:
+    """A final answer as the host records it and the model reads it (the outcome key wins)."""
+    replayed = (answer.meta or {}).get(REPLAYED_KEY) is True
+    text = answer_text(answer)
+    outcome = outcome_of(tool, answer.meta)
+    if outcome is Outcome.UNKNOWN:
+        status, text = CallStatus.OUTCOME_UNKNOWN, texts.outcome_unknown(text)
+    elif outcome is Outcome.REJECTED:
+        status, text = CallStatus.REJECTED, texts.rejected(text)
+    elif answer.is_error:
+        status, text = CallStatus.FAILED, texts.failed(text)
+    else:
+        status = CallStatus.SUCCEEDED
+    return CallResult(status=status, text=text, replayed=replayed, attempts=attempts, images=references_in(answer))
+
+
+def _mcp_error(exc: BaseException) -> MCPError | None:
+    if isinstance(exc, MCPError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            if (found := _mcp_error(inner)) is not None:
+                return found
+    return None
+
+
+@dataclass
+class _Exchange:
+    """How far one attempt got: `sent` once the request may have left."""
+
+    sent: bool = False
+    result: types.CallToolResult | None = None
+
+
+def _event(exchange: _Exchange, exc: Exception) -> AttemptEvent:
+    """What a failed exchange means: never sent, an answer (JSON-RPC error), or interrupted."""
+    if exchange.result is not None:
+        return Replied(_answer(exchange.result))  # answered; only closing the session failed
+    if isinstance(exc, GatewayUnavailable) or not exchange.sent:
+        return NotSent(str(exc) if isinstance(exc, GatewayUnavailable) else describe(exc))
+    if isinstance(exc, TransportCancelled):
+        return Interrupted(texts.TRANSPORT_CANCELLED)
+    error = _mcp_error(exc)
+    if error is not None and error.code not in _CLIENT_SIDE_CODES:
+        return RpcError(error.code, error.message, error.data)
+    return Interrupted(texts.no_answer(describe(exc)))
+
+
+def _answer(result: types.CallToolResult) -> Answer:
+    return Answer.from_wire(result.model_dump(mode="json", by_alias=True, exclude_none=True))
+
+
+class GatewayToolSource:
+    def __init__(
+        self,
+        url: str,
+        token: str | None = None,
+        connect_timeout: float = 30.0,
+        call_timeout: float = 60.0,
+        connect_attempts: int = 3,
+        clock: Callable[[], float] = time.time,
+        images: ImageLibrary | None = None,
+        tasks: HostTasks | None = None,
+    ) -> None:
+        self.url = url
+        self._connection = GatewayConnection(url, token, connect_timeout, call_timeout, connect_attempts)
+        # Tools that need a task are called as one; their task ids are kept in `tasks` (agent_host/gateway_client/tasks.py).
+        self.task_caller = TaskCaller(self._connection, tasks) if tasks is not None else None
+        self._task_tools: set[str] = set()
+        self._clock = clock
+        self._images = images  # keeps the inline images of a gateway without a media store
+
+    async def list_tools(self) -> list[GatewayTool]:
+        """Every page of the gateway's tools/list; GatewayUnavailable (GatewayRefused for a bad
+        token) when the listing cannot be had."""
+        try:
+            return await outside_transport_cancels(self._list_all)
+        except GatewayUnavailable:
+            raise
+        except TransportCancelled:
+            raise GatewayUnavailable(f"the connection to the gateway at {self.url} broke while listing its tools") from None
+        except Exception as exc:  # noqa: BLE001 - any failure of the listing is the gateway's, told in one line
+            raise GatewayUnavailable(f"listing the tools of the gateway at {self.url} failed: {describe(exc)}") from None
+
+    async def _list_all(self) -> list[GatewayTool]:
+        tools: list[GatewayTool] = []
+        async with self._connection.session() as client:
+            cursor: str | None = None
+            while True:
+                page = await client.list_tools(cursor=cursor)
+                tools.extend(_listed(tool) for tool in page.tools)
+                cursor = page.next_cursor
+                if not cursor:
+                    self._task_tools = {t.name for t in tools if t.task_support == "required"}
+                    return tools
+
+    async def call(
+        self, request: CallRequest, on_attempt: OnAttempt | None = None, on_progress: OnProgress | None = None
+    ) -> CallResult:
+        """Call one tool by the re-issue rules (`reissue`); `on_attempt(n)` commits attempt n
+        before its request leaves."""
+        name, effect, prior = request.name, request.effect, request.prior
+        if self.task_caller is not None and (name in self._task_tools or await self.task_caller.known(request.key)):
+            return await self._call_as_task(request, on_attempt, on_progress)
+        plan = plan_attempts(effect, prior, self._clock())
+        if not plan.sends:
+            return call_result(name, give_up(name, effect, prior), prior.count)
+        for attempt in range(plan.first, plan.last + 1):
+            event = await self._attempt(request, attempt, on_attempt, on_progress)
+            if isinstance(event, NotSent) and attempt == 1:
+                return CallResult(status=CallStatus.NOT_RUN, text=texts.not_run(event.reason), attempts=0)
+            resolved = resolve(name, effect, attempt, plan, event)
+            if not isinstance(resolved, SendAgain):
+                sent = attempt - 1 if isinstance(event, NotSent) else attempt
+                kept = resolved if self._images is None else await self._images.keep_inline(resolved)
+                return call_result(name, kept, sent)
+            log.info("%s (key %s): attempt %d interrupted (%s); sending again", name, request.key, attempt, resolved.reason)
+        raise AssertionError("resolve_attempt sends again only below the plan's last attempt")
+
+    async def _call_as_task(
+        self, request: CallRequest, on_attempt: OnAttempt | None, on_progress: OnProgress | None
+    ) -> CallResult:
+        """A tool that needs a task: one task per key (a restart resumes it, a retry finds it)."""
+        assert self.task_caller is not None
+        caller, attempt = self.task_caller, request.prior.count + 1
+
+        async def sent() -> None:
+            if on_attempt is not None:
+                await on_attempt(attempt)
+
+        async def run() -> AttemptEvent:
+            return await caller.call(request.name, request.arguments, request.key, on_progress, sent)
+
+        try:
+            event = await outside_transport_cancels(run)
+        except TransportCancelled:
+            event = Interrupted(texts.TRANSPORT_CANCELLED)
+        if isinstance(event, NotSent) and attempt == 1:
+            return CallResult(status=CallStatus.NOT_RUN, text=texts.not_run(event.reason), attempts=0)
+        answer = resolve_attempt(request.name, request.effect, 1, event, max_attempts=1)
+        assert isinstance(answer, Answer)
+        kept = answer if self._images is None else await self._images.keep_inline(answer)
+        return call_result(request.name, kept, attempt)
+
+    async def _attempt(
+        self, request: CallRequest, attempt: int, on_attempt: OnAttempt | None, on_progress: OnProgress | None
+    ) -> AttemptEvent:
+        exchange = _Exchange()
+
+        async def run() -> AttemptEvent:
+            async with self._connection.session() as client:
+                if on_attempt is not None:
+                    await on_attempt(attempt)  # counted (committed) before the request leaves
+                exchange.sent = True
+                exchange.result = await client.call_tool(
+                    request.name,
+                    request.arguments,
+                    read_timeout_seconds=self._connection.call_timeout,
+                    progress_callback=on_progress,
+                    meta=cast(types.RequestParamsMeta, {IDEMPOTENCY_KEY: request.key}),
+                )
+            return Replied(_answer(exchange.result))
+
+        try:
+            return await outside_transport_cancels(run)
+        except Exception as exc:  # noqa: BLE001 - every failure of one attempt is sorted into an attempt event
+            return _event(exchange, exc)
+
+
+def _listed(tool: types.Tool) -> GatewayTool:
+    """A listed tool as any Dex client reads it (`listed_tool_classification`)."""
+    annotations = tool.annotations.model_dump(by_alias=True, exclude_none=True) if tool.annotations else None
+    classification = listed_tool_classification(tool.meta, annotations)
+    return GatewayTool(
+        name=tool.name,
+        description=tool.description or "",
+        input_schema=tool.input_schema or {"type": "object"},
+        effect=classification.effect,
+        requires_approval=classification.requires_approval,
+        task_support=tool.execution.task_support if tool.execution is not None and tool.execution.task_support else "forbidden",
+    )

@@ -1,0 +1,280 @@
+"""The session store's SQLite statements (synchronous; `store.SessionStore` runs them off the
+event loop): sessions, turns, messages, tool calls, approvals. Controls and questions are in
+`sqlite_controls.py`, usage and compactions in `sqlite_ledger.py`, the connection, migrations and
+the event log in `sqlite_base.py`.
+
+Every state change is one transaction committed with `synchronous=FULL` in WAL mode, together
+with the event that reports it, so a host killed at any instant finds the turn at a step
+boundary and resumes from there, and the live stream misses nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from enum import StrEnum
+from typing import Any
+
+from gateway.media.references import ImageReference
+
+from ..domain import session_events as events
+from ..domain.records import (
+    ApprovalRecord,
+    ApprovalStatus,
+    PlanStatus,
+    SessionRecord,
+    ToolCallRecord,
+    TurnMode,
+    TurnRecord,
+    TurnStatus,
+)
+from ..models.base import Message
+from .sqlite_controls import SqliteControls
+from .sqlite_ledger import SqliteLedger
+
+
+class SqliteSessionStore(SqliteControls, SqliteLedger):
+    """The statements, synchronous: call them from one thread at a time (`SessionStore` does)."""
+
+    # Sessions ---------------------------------------------------------------------------------
+
+    def create_session(
+        self, model: str, gateway: str, session_id: str | None = None, settings: dict[str, Any] | None = None
+    ) -> SessionRecord:
+        sid = session_id or "s-" + uuid.uuid4().hex[:12]
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO sessions (id, created_at, model, gateway, settings) VALUES (?, ?, ?, ?, ?)",
+                (sid, time.time(), model, gateway, json.dumps(settings or {})),
+            )
+        session = self.get_session(sid)
+        assert session is not None
+        return session
+
+    def list_sessions(self) -> list[tuple[SessionRecord, int, str | None]]:
+        """Each session with its number of turns and the status of its last turn."""
+        rows = self._db.execute("SELECT id FROM sessions ORDER BY created_at").fetchall()
+        listed = []
+        for row in rows:
+            session = self.get_session(row["id"])
+            assert session is not None
+            turns = self.turns(session.id)
+            listed.append((session, len(turns), turns[-1].status.value if turns else None))
+        return listed
+
+    def set_settings(self, session_id: str, settings: dict[str, Any], model: str | None = None) -> SessionRecord:
+        with self._tx() as db:
+            db.execute(
+                "UPDATE sessions SET settings = ?, model = COALESCE(?, model) WHERE id = ?",
+                (json.dumps(settings), model, session_id),
+            )
+            self._event(db, session_id, None, events.SETTINGS, events.inert(settings))
+        session = self.get_session(session_id)
+        assert session is not None
+        return session
+
+    def set_plan(self, session_id: str, plan: list[dict[str, Any]] | None, status: PlanStatus | None = None) -> int:
+        """Replace the plan (a new revision); the status defaults from the tasks."""
+        if status is None:
+            status = _plan_status(plan)
+        with self._tx() as db:
+            db.execute(
+                "UPDATE sessions SET plan = ?, plan_revision = plan_revision + 1, plan_status = ? WHERE id = ?",
+                (json.dumps(plan) if plan is not None else None, status.value, session_id),
+            )
+            row = db.execute("SELECT plan_revision FROM sessions WHERE id = ?", (session_id,)).fetchone()
+            revision = int(row["plan_revision"])
+            self._event(db, session_id, None, events.PLAN, events.plan(revision, status.value, plan))
+        return revision
+
+    def set_plan_status(self, session_id: str, status: PlanStatus) -> None:
+        """The same revision, another status (a draft the user approved becomes active)."""
+        with self._tx() as db:
+            db.execute("UPDATE sessions SET plan_status = ? WHERE id = ?", (status.value, session_id))
+            row = db.execute("SELECT plan, plan_revision FROM sessions WHERE id = ?", (session_id,)).fetchone()
+            plan = json.loads(row["plan"]) if row["plan"] else None
+            self._event(db, session_id, None, events.PLAN, events.plan(int(row["plan_revision"]), status.value, plan))
+
+    # Turns and messages -----------------------------------------------------------------------
+
+    def start_turn(
+        self, session_id: str, user_text: str, mode: TurnMode = TurnMode.CHAT, images: list[ImageReference] | None = None
+    ) -> TurnRecord:
+        """A new turn with the user's message (and references to its images); it keeps a copy of
+        the session's settings."""
+        with self._tx() as db:
+            seq = db.execute("SELECT COUNT(*) FROM turns WHERE session_id = ?", (session_id,)).fetchone()[0] + 1
+            turn_id = f"turn-{seq}"
+            settings = db.execute("SELECT settings FROM sessions WHERE id = ?", (session_id,)).fetchone()
+            db.execute(
+                "INSERT INTO turns (session_id, id, seq, status, user_text, started_at, mode, settings)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (session_id, turn_id, seq, TurnStatus.RUNNING.value, user_text, time.time(), mode.value,
+                 settings["settings"] if settings and settings["settings"] else "{}"),
+            )
+            turn = self._turn(db.execute("SELECT * FROM turns WHERE session_id = ? AND id = ?", (session_id, turn_id)).fetchone())
+            self._event(db, session_id, turn_id, events.TURN_STARTED, events.turn_started(turn))
+            self._append(db, session_id, turn_id, Message(role="user", text=user_text, images=images or []))
+        return turn
+
+    def unfinished_turn(self, session_id: str) -> TurnRecord | None:
+        return self.running_turn(session_id)
+
+    def finish_turn(
+        self, session_id: str, turn_id: str, status: TurnStatus, final_text: str | None, error: str | None,
+        unless_steered: bool = False,
+    ) -> bool:
+        """End the turn; with `unless_steered`, only when no steer message waits for it (checked in
+        the same transaction that a steer is recorded in, so none is lost). False: not ended."""
+        with self._tx() as db:
+            if unless_steered and self._steer_waiting(db, session_id, turn_id):
+                return False
+            db.execute(
+                "UPDATE turns SET status = ?, final_text = ?, error = ?, finished_at = ? WHERE session_id = ? AND id = ?",
+                (status.value, final_text, error, time.time(), session_id, turn_id),
+            )
+            turn = self._turn(db.execute("SELECT * FROM turns WHERE session_id = ? AND id = ?", (session_id, turn_id)).fetchone())
+            self._event(db, session_id, turn_id, events.TURN_FINISHED, events.turn_finished(turn))
+        return True
+
+    def messages(self, session_id: str, turn_id: str | None = None) -> list[Message]:
+        return [m for _, _, m in self.stored_messages(session_id, turn_id=turn_id)]
+
+    def stored_messages(
+        self, session_id: str, after_seq: int = 0, turn_id: str | None = None
+    ) -> list[tuple[int, str, Message]]:
+        """(seq, turn id, message) in order, after `after_seq`."""
+        query = "SELECT seq, turn_id, body FROM messages WHERE session_id = ? AND seq > ?"
+        params: tuple[Any, ...] = (session_id, after_seq)
+        if turn_id is not None:
+            query += " AND turn_id = ?"
+            params += (turn_id,)
+        rows = self._db.execute(query + " ORDER BY seq", params).fetchall()
+        return [(int(r["seq"]), r["turn_id"], Message.model_validate_json(r["body"])) for r in rows]
+
+    def append_message(self, session_id: str, turn_id: str, message: Message, continuation: bool = False) -> None:
+        """A message the host adds to a turn (a continuation, a cancellation note); with
+        `continuation`, one more continuation in a row is counted."""
+        with self._tx() as db:
+            self._append(db, session_id, turn_id, message)
+            if continuation:
+                db.execute(
+                    "UPDATE turns SET continuations = continuations + 1 WHERE session_id = ? AND id = ?",
+                    (session_id, turn_id),
+                )
+
+    def record_model_response(
+        self, turn: TurnRecord, message: Message, calls: list[ToolCallRecord],
+        usage: tuple[str, int, int, float | None] | None = None,
+    ) -> None:
+        """The model's answer, its tool calls and its usage (model, in, out, cost), in one commit:
+        the step boundary. Tool calls end a run of continuations."""
+        with self._tx() as db:
+            self._append(db, turn.session_id, turn.id, message)
+            db.execute(
+                "UPDATE turns SET model_calls = model_calls + 1,"
+                " continuations = CASE WHEN ? THEN 0 ELSE continuations END WHERE session_id = ? AND id = ?",
+                (bool(calls), turn.session_id, turn.id),
+            )
+            for record in calls:
+                db.execute(
+                    "INSERT INTO tool_calls (session_id, turn_id, id, model_call, position, name, arguments, kind, effect,"
+                    " requires_approval, idempotency_key, status, result_text, attempts, wait_until, updated_at, cancel_reason)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        record.session_id, record.turn_id, record.id, record.model_call, record.position, record.name,
+                        json.dumps(record.arguments), record.kind, record.effect, int(record.requires_approval),
+                        record.idempotency_key, record.status.value, record.result_text, record.attempts,
+                        record.wait_until, record.updated_at, record.cancel_reason,
+                    ),
+                )
+                self._event(db, turn.session_id, turn.id, events.TOOL_CALL, events.tool_call(record))
+            if usage is not None:
+                self._usage(db, turn.session_id, turn.id, "turn", *usage)
+
+    # Tool calls -------------------------------------------------------------------------------
+
+    def tool_call_ids(self, session_id: str) -> set[str]:
+        rows = self._db.execute("SELECT id FROM tool_calls WHERE session_id = ?", (session_id,)).fetchall()
+        return {r["id"] for r in rows}
+
+    def tool_calls(self, session_id: str, turn_id: str | None = None) -> list[ToolCallRecord]:
+        query = "SELECT * FROM tool_calls WHERE session_id = ?"
+        params: tuple[str, ...] = (session_id,)
+        if turn_id is not None:
+            query += " AND turn_id = ?"
+            params += (turn_id,)
+        rows = self._db.execute(query + " ORDER BY model_call, position", params).fetchall()
+        return [self._call(r) for r in rows]
+
+    _CALL_FIELDS = frozenset({"status", "result_text", "attempts", "wait_until", "cancel_reason", "images"})
+
+    def update_tool_call(self, record: ToolCallRecord, **fields: Any) -> ToolCallRecord:
+        unknown = set(fields) - self._CALL_FIELDS
+        if unknown:
+            raise ValueError(f"not updatable: {sorted(unknown)}")
+        values: dict[str, Any] = {k: (v.value if isinstance(v, StrEnum) else v) for k, v in fields.items()}
+        if "images" in values:  # references only (ImageReference), as JSON
+            values["images"] = json.dumps([i.model_dump() for i in values["images"]])
+        values["updated_at"] = time.time()
+        assignments = ", ".join(f"{k} = ?" for k in values)
+        with self._tx() as db:
+            db.execute(
+                f"UPDATE tool_calls SET {assignments} WHERE session_id = ? AND id = ?",
+                (*values.values(), record.session_id, record.id),
+            )
+            updated = self.get_tool_call(record.session_id, record.id)
+            self._event(db, record.session_id, record.turn_id, events.TOOL_CALL, events.tool_call(updated))
+        return updated
+
+    # Approvals --------------------------------------------------------------------------------
+
+    def create_approval(self, record: ApprovalRecord) -> ApprovalRecord:
+        """Idempotent: raising the same approval again (after a restart) keeps the first row."""
+        with self._tx() as db:
+            cursor = db.execute(
+                "INSERT OR IGNORE INTO approvals (id, session_id, turn_id, tool_call_id, tool_name, arguments, status,"
+                " created_at, deadline) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    record.id, record.session_id, record.turn_id, record.tool_call_id, record.tool_name,
+                    json.dumps(record.arguments), record.status.value, record.created_at, record.deadline,
+                ),
+            )
+            if cursor.rowcount:
+                self._approval_event(db, record)
+        stored = self.get_approval(record.id)
+        assert stored is not None
+        return stored
+
+    def pending_approvals(self, session_id: str | None = None) -> list[ApprovalRecord]:
+        query, params = "SELECT id FROM approvals WHERE status = ?", [ApprovalStatus.PENDING.value]
+        if session_id is not None:
+            query += " AND session_id = ?"
+            params.append(session_id)
+        rows = self._db.execute(query + " ORDER BY created_at", params)
+        return [a for a in (self.get_approval(r["id"]) for r in rows.fetchall()) if a is not None]
+
+    def decide_approval(
+        self, approval_id: str, status: ApprovalStatus, decided_by: str, reason: str | None, now: float
+    ) -> tuple[ApprovalRecord, bool] | None:
+        """Record the first decision; returns (record, replayed). A later one gets the first."""
+        with self._tx() as db:
+            replayed = self._decide_first(db, "approvals", approval_id, status.value, decided_by, reason, now)
+            if replayed is None:
+                return None
+            if not replayed:
+                decided = self.get_approval(approval_id)
+                assert decided is not None
+                self._approval_event(db, decided)
+        record = self.get_approval(approval_id)
+        assert record is not None
+        return record, replayed
+
+
+def _plan_status(plan: list[dict[str, Any]] | None) -> PlanStatus:
+    if not plan:
+        return PlanStatus.CLEARED
+    if all(t.get("status") == "completed" for t in plan):
+        return PlanStatus.COMPLETED
+    return PlanStatus.ACTIVE

@@ -1,0 +1,1 @@
+"""The terminal: the console (prompts, cards, streamed answers) and its one stdin reader."""

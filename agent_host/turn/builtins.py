@@ -1,0 +1,191 @@
+"""Built-in tools the host handles itself: ask_user, durable_wait, write_todos.
+
+They run with a fixed policy (read, no approval). durable_wait stores its end time before it
+sleeps, so a restarted host waits only the remaining time. A write_todos of a planning turn writes
+a draft plan, which waits for the user's approval before an executing turn runs it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import anyio
+
+from ..approvals.decisions import first_decision
+from ..domain import texts
+from ..domain.cards import approval_id
+from ..domain.records import CallStatus, PlanStatus, QuestionRecord, QuestionStatus, ToolCallRecord, TurnMode
+from ..models.base import ToolSpec
+from ..store.session_store import SessionStore
+
+ASK_USER = "ask_user"
+DURABLE_WAIT = "durable_wait"
+WRITE_TODOS = "write_todos"
+MAX_DURABLE_WAIT_SECONDS = 365 * 24 * 3600
+
+DEFINITIONS: dict[str, ToolSpec] = {
+    ASK_USER: ToolSpec(
+        name=ASK_USER,
+        description="Ask the user a question and wait for the answer. Use it when you need a decision or a fact only the user has.",
+        input_schema={
+            "type": "object",
+            "properties": {
+                "question": {"type": "string", "minLength": 1},
+                "choices": {"type": ["array", "null"], "items": {"type": "string"}},
+                "allows_free_text": {"type": ["boolean", "null"]},
+            },
+            "required": ["question"],
+            "additionalProperties": False,
+        },
+    ),
+    DURABLE_WAIT: ToolSpec(
+        name=DURABLE_WAIT,
+        description="Wait for a number of seconds before continuing (survives a restart of the host).",
+        input_schema={
+            "type": "object",
+            "properties": {
+                "duration_seconds": {"type": "integer", "minimum": 1, "maximum": MAX_DURABLE_WAIT_SECONDS},
+                "reason": {"type": "string"},
+            },
+            "required": ["duration_seconds", "reason"],
+            "additionalProperties": False,
+        },
+    ),
+    WRITE_TODOS: ToolSpec(
+        name=WRITE_TODOS,
+        description="Replace the plan of this session with a list of tasks and their status.",
+        input_schema={
+            "type": "object",
+            "properties": {
+                "todos": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "content": {"type": "string", "minLength": 1},
+                            "status": {"enum": ["pending", "in_progress", "completed"]},
+                        },
+                        "required": ["content", "status"],
+                        "additionalProperties": False,
+                    },
+                }
+            },
+            "required": ["todos"],
+            "additionalProperties": False,
+        },
+    ),
+}
+
+
+class Questioner(Protocol):
+    async def ask(self, question: str, choices: list[str] | None, allows_free_text: bool) -> str | None:
+        """The user's answer, or None when they decline."""
+        ...
+
+
+def question_id(session_id: str, tool_call_id: str) -> str:
+    """Deterministic, like approval ids: the same call asked again after a restart keeps its id."""
+    return approval_id(session_id, tool_call_id)
+
+
+class Builtins:
+    """`ask_user` questions are stored (`questions`), so the terminal, the HTTP API and the web
+    page can answer them; the first answer wins and the deadline rejects."""
+
+    def __init__(
+        self,
+        store: SessionStore,
+        questioner: Questioner | None,
+        question_timeout: float | None = None,
+        clock: Callable[[], float] = time.time,
+        poll_seconds: float = 0.1,
+        api_answers: bool = False,
+    ) -> None:
+        self._store = store
+        self._questioner = questioner
+        self._question_timeout = question_timeout
+        self._clock = clock
+        self._poll = poll_seconds
+        # True when the HTTP API serves this store's questions: then nobody at the terminal is not
+        # a decline, and the question waits for the API or its deadline.
+        self._api_answers = api_answers
+
+    async def run(self, record: ToolCallRecord) -> tuple[CallStatus, str]:
+        if record.name == ASK_USER:
+            return await self._ask_user(record)
+        if record.name == DURABLE_WAIT:
+            return await self._durable_wait(record)
+        if record.name == WRITE_TODOS:
+            return await self._write_todos(record)
+        return CallStatus.FAILED, texts.unknown_tool(record.name)
+
+    async def _ask_user(self, record: ToolCallRecord) -> tuple[CallStatus, str]:
+        args = record.arguments
+        text = str(args["question"]).strip()
+        if not text:
+            return CallStatus.FAILED, texts.invalid_arguments(ASK_USER, "question is blank")
+        choices = [str(c) for c in args.get("choices") or []] or None
+        allows_free_text = args.get("allows_free_text")
+        free = bool(allows_free_text) if allows_free_text is not None else not choices
+        if self._questioner is None and not self._api_answers:
+            return CallStatus.SUCCEEDED, texts.QUESTION_DECLINED
+        await self._store.update_tool_call(record, status=CallStatus.AWAITING_ANSWER)
+        now = self._clock()
+        question = await self._store.create_question(QuestionRecord(
+            id=question_id(record.session_id, record.id), session_id=record.session_id, turn_id=record.turn_id,
+            tool_call_id=record.id, question=text, choices=choices, allows_free_text=free,
+            status=QuestionStatus.PENDING, created_at=now,
+            deadline=None if self._question_timeout is None else now + self._question_timeout,
+        ))
+        questioner = self._questioner
+
+        async def prompt() -> None:
+            assert questioner is not None
+            answer = await questioner.ask(text, choices, free)
+            status = QuestionStatus.ANSWERED if answer and answer.strip() else QuestionStatus.DECLINED
+            await self._store.answer_question(question.id, status, answer.strip() if answer else None, "cli", self._clock())
+
+        async def read() -> QuestionRecord | None:
+            current = await self._store.get_question(question.id)
+            return None if current is None or current.status is QuestionStatus.PENDING else current
+
+        async def expire() -> QuestionRecord:
+            result = await self._store.answer_question(question.id, QuestionStatus.EXPIRED, None, "deadline", self._clock())
+            assert result is not None
+            return result[0]
+
+        decided = await first_decision(read, expire, question.deadline, self._clock, self._poll, prompt if questioner else None)
+        if decided.status is QuestionStatus.ANSWERED and decided.answer:
+            return CallStatus.SUCCEEDED, texts.question_answered(decided.answer)
+        if decided.status is QuestionStatus.EXPIRED:
+            return CallStatus.FAILED, texts.QUESTION_DEADLINE_PASSED
+        return CallStatus.SUCCEEDED, texts.QUESTION_DECLINED
+
+    async def _durable_wait(self, record: ToolCallRecord) -> tuple[CallStatus, str]:
+        duration = int(record.arguments["duration_seconds"])
+        until = record.wait_until
+        if until is None:
+            until = self._clock() + duration
+            record = await self._store.update_tool_call(record, status=CallStatus.WAITING, wait_until=until)
+        remaining = until - self._clock()
+        if remaining > 0:
+            await anyio.sleep(remaining)
+        return CallStatus.SUCCEEDED, texts.wait_completed(duration, str(record.arguments.get("reason", "")))
+
+    async def _write_todos(self, record: ToolCallRecord) -> tuple[CallStatus, str]:
+        siblings = [
+            c for c in await self._store.tool_calls(record.session_id, record.turn_id)
+            if c.model_call == record.model_call and c.name == WRITE_TODOS
+        ]
+        if len(siblings) > 1:
+            return CallStatus.FAILED, texts.failed("write_todos was called more than once in one response")
+        todos: list[dict[str, Any]] = list(record.arguments["todos"])
+        turn = await self._store.get_turn(record.session_id, record.turn_id)
+        # A planning turn writes a draft: it waits for the user's approval before it runs.
+        status = PlanStatus.DRAFT if todos and turn is not None and turn.mode is TurnMode.PLANNING else None
+        revision = await self._store.set_plan(record.session_id, todos or None, status)
+        if not todos:
+            return CallStatus.SUCCEEDED, texts.todos_cleared(revision)
+        return CallStatus.SUCCEEDED, texts.todos_updated(revision, len(todos))
