@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult  # noqa: E402
 
-from gateway.catalog import ToolRoute  # noqa: E402
+from gateway.pipeline.catalog import ToolRoute  # noqa: E402
 from gateway.conventions.effects import Classification  # noqa: E402
 from gateway.conventions.answers import Answer  # noqa: E402
 from gateway.conventions.keys import Effect  # noqa: E402

@@ -27,8 +27,8 @@ from pydantic import BaseModel, ConfigDict
 from ..conventions.keys import Effect
 from ..conventions.naming import connector_tool_name
 from ..conventions.outcomes import attempts_for
-from ..durations import parse_duration
-from ..yamlsource import DEFAULT_LIMITS, KeyPath, SourceError, SourcedDocument, SourceLimits, load_file, load_source
+from ..config.durations import parse_duration
+from ..config.yaml_source import DEFAULT_LIMITS, KeyPath, SourceError, SourcedDocument, SourceLimits, load_file, load_source
 from .errors import ManifestError
 from .input_schema import UncheckableSchema, check_input_schema
 

@@ -22,8 +22,8 @@ import httpx
 from pydantic import BaseModel, ConfigDict
 
 from ..errors import StoreError
-from ..database import Database
-from ..yamlsource import SourceError, load_file
+from ..storage.database import Database
+from ..config.yaml_source import SourceError, load_file
 from .bindings import (
     BindingPolicy,
     HttpBindingConfig,

@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from ..private_files import private_file
-from ..database import Database, PoolLease, SqliteConnections, lock_schema, write_transaction
-from ..storage_urls import parse_sqlite_url
+from ..storage.private_files import private_file
+from ..storage.database import Database, PoolLease, SqliteConnections, lock_schema, write_transaction
+from ..storage.urls import parse_sqlite_url
 
 if TYPE_CHECKING:
     import asyncpg

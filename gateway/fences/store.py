@@ -11,7 +11,7 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Any, Protocol, Self, runtime_checkable
 
-from ..database import Database
+from ..storage.database import Database
 from .records import FenceRecord, FenceState, FenceStats, Owner
 
 

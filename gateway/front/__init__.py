@@ -27,14 +27,14 @@ from typing import Any
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from starlette.types import ASGIApp
 
-from ..calls import CallPipeline
-from ..catalog import Catalog
-from ..config import GatewayConfig
+from ..pipeline.calls import CallPipeline
+from ..pipeline.catalog import Catalog
+from ..config.model import GatewayConfig
 from ..media.serving import MediaReader
-from ..passthrough import Passthrough
+from ..pipeline.passthrough import Passthrough
 from ..protocol import SERVER_INFO
-from ..scope import PrincipalScope
-from ..subscriptions import ResourceWatch
+from ..auth.scope import PrincipalScope
+from ..pipeline.subscriptions import ResourceWatch
 from ..tasks import Tasks
 from ..telemetry import Telemetry
 from ..telemetry.sdk import trace_sdk_server

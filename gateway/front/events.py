@@ -34,9 +34,9 @@ from mcp.server.subscriptions import (
 )
 
 from ..errors import RequestError
-from ..principals import ANONYMOUS, PRINCIPAL_SCOPE_KEY
-from ..scope import PrincipalScope
-from ..subscriptions import ResourceWatch
+from ..auth.principals import ANONYMOUS, PRINCIPAL_SCOPE_KEY
+from ..auth.scope import PrincipalScope
+from ..pipeline.subscriptions import ResourceWatch
 from ..tasks.records import TaskRecord
 from ..tasks.wire import task_fields
 from .sessions import Sessions

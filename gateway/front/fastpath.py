@@ -36,10 +36,10 @@ from mcp.shared.inbound import (
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..catalog import Catalog
+from ..pipeline.catalog import Catalog
 from ..errors import RequestError
 from ..telemetry.tracing import NO_FRONT_SPAN, FrontSpan, front_span, trace_headers
-from ..principals import ANONYMOUS, PRINCIPAL_SCOPE_KEY
+from ..auth.principals import ANONYMOUS, PRINCIPAL_SCOPE_KEY
 from ..http.asgi import read_body, replay_body
 from .relays import StreamRelay
 from .requests import PARSED_MESSAGE

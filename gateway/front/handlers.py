@@ -23,16 +23,16 @@ from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types import INTERNAL_ERROR
 from pydantic import BaseModel, ValidationError
 
-from ..catalog import Catalog
+from ..pipeline.catalog import Catalog
 from ..errors import RequestError
-from ..passthrough import Passthrough
-from ..principals import ANONYMOUS, PRINCIPAL_SCOPE_KEY
+from ..pipeline.passthrough import Passthrough
+from ..auth.principals import ANONYMOUS, PRINCIPAL_SCOPE_KEY
 from ..protocol import GATEWAY_NAME, GATEWAY_VERSION
-from ..subscriptions import ResourceWatch
+from ..pipeline.subscriptions import ResourceWatch
 from ..tasks import Tasks
 from ..tasks.wire import TASKS_EXTENSION
 from ..upstreams.input_rounds import is_input_required, round_params
-from ..relay import CallRelay
+from ..upstreams.relay import CallRelay
 from .events import ListenStreams
 from .parking import Parking
 from .relays import SessionRelay

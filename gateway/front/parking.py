@@ -30,7 +30,7 @@ from anyio.abc import TaskGroup
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 
 from ..errors import RequestError
-from ..relay import CAPABILITY_OF, CallRelay, RelayRefused
+from ..upstreams.relay import CAPABILITY_OF, CallRelay, RelayRefused
 
 __all__ = ["PARKED_STATE_PREFIX", "Parking"]
 

@@ -24,7 +24,7 @@ from mcp.shared.message import ServerMessageMetadata
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, LOG_LEVEL_META_KEY, METHOD_NOT_FOUND
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ..relay import ASKING_CAPABILITIES, RelayRefused
+from ..upstreams.relay import ASKING_CAPABILITIES, RelayRefused
 from .sessions import Sessions, level_allows
 from .wire import is_modern
 

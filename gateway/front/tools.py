@@ -14,12 +14,12 @@ from typing import Any
 
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 
-from ..calls import CallPipeline, ToolCall
-from ..catalog import Catalog
+from ..pipeline.calls import CallPipeline, ToolCall
+from ..pipeline.catalog import Catalog
 from ..conventions.answers import Answer
 from ..errors import RequestError
-from ..relay import CallRelay
-from ..scope import PrincipalScope
+from ..upstreams.relay import CallRelay
+from ..auth.scope import PrincipalScope
 from ..tasks import Tasks
 from ..tasks.wire import client_takes_tasks
 from ..upstreams.input_rounds import InputNotProvided, asked_methods, not_provided_text, round_params

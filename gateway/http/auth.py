@@ -18,8 +18,8 @@ from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..config import AuthConfig, TokenConfig
-from ..principals import ANONYMOUS, PRINCIPAL_SCOPE_KEY
+from ..config.model import AuthConfig, TokenConfig
+from ..auth.principals import ANONYMOUS, PRINCIPAL_SCOPE_KEY
 from .asgi import header, refuse
 
 __all__ = ["Authenticator", "BearerAuth", "sha256_hex"]

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 from mcp_types import INVALID_REQUEST
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..config import ServerConfig, is_loopback_host
+from ..config.model import ServerConfig, is_loopback_host
 from .asgi import header, refuse
 
 __all__ = ["HostOriginGuard", "HostOriginPolicy"]

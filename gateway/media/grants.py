@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 from typing import Protocol
 
-from ..database import Database, PoolLease, SqliteConnections, lock_schema, write_transaction
-from ..private_files import private_file
-from ..storage_urls import parse_sqlite_url
+from ..storage.database import Database, PoolLease, SqliteConnections, lock_schema, write_transaction
+from ..storage.private_files import private_file
+from ..storage.urls import parse_sqlite_url
 
 __all__ = ["GRANTS_TABLE", "GrantStore", "MemoryGrantStore", "PostgresGrantStore", "SqliteGrantStore", "open_grant_store"]
 

@@ -10,13 +10,13 @@ from dataclasses import dataclass
 
 import anyio
 
-from ..config import MediaConfig
-from ..database import Database
+from ..config.model import MediaConfig
+from ..storage.database import Database
 from ..errors import MediaStoreError
 from .grants import open_grant_store
 from .serving import MediaReader
 from .stage import MediaStage
-from ..media_store_urls import parse_media_store_url
+from ..storage.media_urls import parse_media_store_url
 from .stores import media_store
 from .validation import ImageRules
 

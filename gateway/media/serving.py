@@ -23,7 +23,7 @@ from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 from starlette.types import Receive, Scope, Send
 
 from ..errors import InvalidImage, MediaStoreError, RequestError
-from ..principals import ANONYMOUS, PRINCIPAL_SCOPE_KEY
+from ..auth.principals import ANONYMOUS, PRINCIPAL_SCOPE_KEY
 from .formats import EXTENSIONS, image_type
 from .grants import GrantStore
 from .references import sha256_of_path, sha256_of_uri

@@ -16,8 +16,8 @@ from typing import Any
 
 import anyio
 
-from ..config import load_config
-from ..database import Database, opened
+from ..config.model import load_config
+from ..storage.database import Database, opened
 from .records import TaskRecord, TaskStatus, iso
 from .store import TaskStore, open_task_store
 from .transitions import cancelled_error, change

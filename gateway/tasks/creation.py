@@ -27,14 +27,14 @@ from typing import Any
 import anyio
 from mcp_types import INTERNAL_ERROR, METHOD_NOT_FOUND
 
-from ..calls import CallPipeline, ToolCall
-from ..catalog import Catalog, ToolRoute
+from ..pipeline.calls import CallPipeline, ToolCall
+from ..pipeline.catalog import Catalog, ToolRoute
 from ..conventions.answers import Answer
 from ..conventions.keys import IDEMPOTENCY_KEY
 from ..errors import RequestError, UpstreamError
 from ..fences import Fences, fingerprint
-from ..ratelimits import RATE_LIMITED
-from ..scope import PrincipalScope
+from ..pipeline.ratelimits import RATE_LIMITED
+from ..auth.scope import PrincipalScope
 from ..upstreams.upstream import Upstream
 from . import wire
 from .jobs import Job, RecordSink, TaskJobs

@@ -20,10 +20,10 @@ import anyio
 from anyio.abc import TaskGroup
 
 from ..conventions.answers import Answer
-from ..ratelimits import RATE_LIMITED
+from ..pipeline.ratelimits import RATE_LIMITED
 from ..fences.records import Owner
 from .records import TaskRecord, TaskStatus
-from ..task_sink import UpstreamTaskSink
+from ..pipeline.task_sink import UpstreamTaskSink
 from .store import TaskStore
 from .transitions import change, finish, lose
 

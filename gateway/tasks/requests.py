@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..calls import Request, ToolCall
-from ..catalog import ToolRoute
+from ..pipeline.calls import Request, ToolCall
+from ..pipeline.catalog import ToolRoute
 from ..upstreams.upstream import Upstream
 from .upstream import UpstreamTaskCall
 

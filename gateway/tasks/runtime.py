@@ -10,12 +10,12 @@ from typing import Any
 
 from anyio.abc import TaskGroup
 
-from ..calls import CallPipeline
-from ..catalog import Catalog
-from ..config import TasksConfig
-from ..database import Database, opened
+from ..pipeline.calls import CallPipeline
+from ..pipeline.catalog import Catalog
+from ..config.model import TasksConfig
+from ..storage.database import Database, opened
 from ..fences import Fences
-from ..scope import PrincipalScope
+from ..auth.scope import PrincipalScope
 from ..upstreams.upstream import Upstream
 from .jobs import TaskJobs
 from .requests import TaskRequests

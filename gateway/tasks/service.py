@@ -19,7 +19,7 @@ from typing import Any
 import anyio
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 
-from ..calls import ToolCall
+from ..pipeline.calls import ToolCall
 from ..conventions.answers import Answer
 from ..errors import RequestError, UpstreamError, UpstreamNotSent, UpstreamRpcError
 from . import wire

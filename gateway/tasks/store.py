@@ -14,7 +14,7 @@ import builtins
 
 from typing import Protocol
 
-from ..database import Database
+from ..storage.database import Database
 from .records import TaskRecord, TaskStatus
 
 __all__ = ["SCHEMA_VERSION", "TASKS_TABLE", "TaskStore", "open_task_store"]

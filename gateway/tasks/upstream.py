@@ -28,10 +28,10 @@ import anyio
 
 from ..conventions.keys import OUTCOME_KEY, Effect, Outcome
 from ..errors import UpstreamError, UpstreamRpcError
-from ..relay import CallRelay, RelayRefused
+from ..upstreams.relay import CallRelay, RelayRefused
 from ..upstreams.upstream import Upstream
 from .polling import next_interval
-from ..task_sink import UpstreamTaskSink
+from ..pipeline.task_sink import UpstreamTaskSink
 from .wire import declaring_tasks, is_modern
 
 __all__ = ["UpstreamTaskCall", "lost_result"]

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from opentelemetry import trace
 from opentelemetry.trace import Tracer
 
-from ..config import TelemetryConfig
+from ..config.model import TelemetryConfig
 from ..errors import ConfigError
 from .metrics import CONTENT_TYPE, GatewayMetrics, UpstreamState
 from .tracing import FrontSpan, NO_FRONT_SPAN, front_span

@@ -32,7 +32,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from ..errors import TransportError, UpstreamError, UpstreamInterrupted, UpstreamNotSent, UpstreamRpcError
-from ..relay import CallRelay
+from .relay import CallRelay
 from .events import NO_EVENTS, ResourceSubscriptions, UpstreamEvents
 from .http_streams import EventStreams
 from .http_wire import SESSION_HEADER, Era, HttpWire, SessionLost

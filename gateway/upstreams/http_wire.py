@@ -36,7 +36,7 @@ from ..errors import (
     UpstreamNotSent,
 )
 from ..name_header import name_key
-from ..relay import CallRelay
+from .relay import CallRelay
 from .events import UpstreamEvents, route_event
 from .notices import DEFAULT_MAX_QUEUED, CallNotices, OnDrop, ignore_drops
 from .rpc import DEFAULT_MAX_INBOUND, MODERN_VERSION, InboundRequests, answer_server_request, result_or_raise

@@ -21,7 +21,7 @@ from typing import Any
 from mcp_types import INVALID_PARAMS
 
 from ..errors import RequestError
-from ..relay import CallRelay, RelayRefused
+from .relay import CallRelay, RelayRefused
 
 __all__ = [
     "INPUT_REQUIRED", "ROUND_KEYS", "InputNotProvided", "answer_rounds", "asked_methods", "is_input_required",

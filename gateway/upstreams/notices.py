@@ -24,7 +24,7 @@ from typing import Any
 
 import anyio
 
-from ..relay import CallRelay
+from .relay import CallRelay
 from .rpc import deliver_notification
 
 __all__ = ["DEFAULT_MAX_QUEUED", "CallNotices", "OnDrop", "ignore_drops"]

@@ -22,7 +22,7 @@ from mcp_types import (
 from ..conventions.keys import GATEWAY_PREFIX
 from ..errors import UpstreamInterrupted, UpstreamRpcError
 from ..protocol import CLIENT_INFO
-from ..relay import CallRelay, RelayRefused
+from .relay import CallRelay, RelayRefused
 
 HANDSHAKE_VERSION = "2025-11-25"
 MODERN_VERSION = "2026-07-28"

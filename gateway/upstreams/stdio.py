@@ -40,7 +40,7 @@ from anyio.abc import ByteReceiveStream, ByteSendStream, TaskGroup
 from mcp.client.stdio import get_default_environment
 
 from ..errors import UpstreamError, UpstreamInterrupted, UpstreamNotSent, UpstreamRpcError
-from ..relay import CallRelay
+from .relay import CallRelay
 from .events import NO_EVENTS, ResourceSubscriptions, UpstreamEvents, listen_filter, route_event
 from .notices import DEFAULT_MAX_QUEUED, CallNotices, OnDrop, ignore_drops
 from .processes import start_process_group

@@ -21,9 +21,9 @@ import anyio
 from anyio.abc import TaskGroup
 from mcp_types import METHOD_NOT_FOUND
 
-from ..config import HttpUpstreamConfig, StdioUpstreamConfig
+from ..config.model import HttpUpstreamConfig, StdioUpstreamConfig
 from ..errors import UpstreamError, UpstreamInterrupted, UpstreamListingRefused, UpstreamNotSent, UpstreamRpcError
-from ..relay import CallRelay
+from .relay import CallRelay
 from ..telemetry.tracing import upstream_request_span
 from .http import HttpConnection
 from .notices import OnDrop, ignore_drops

@@ -124,7 +124,7 @@ def start_stack(tmp_path_factory: pytest.TempPathFactory, agent_token: str | Non
             + f"upstreams: [{{name: payments, transport: streamable_http, url: \"{payments.url}\"}}]\n"
             f"fences: {{store: \"sqlite:///{base / 'gw.db'}\"}}\n"
         )
-        gateway = spawn([sys.executable, "-m", "gateway.cli", "serve", "--config", str(config), "--port", "0"])
+        gateway = spawn([sys.executable, "-m", "gateway.cli.main", "serve", "--config", str(config), "--port", "0"])
         try:
             url = gateway.wait_for(LISTENING.pattern).group(1)
             gateway.wait_for(r"catalog ready|listening on")

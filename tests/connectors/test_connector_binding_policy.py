@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from connector_support import REPO_ROOT, recording_listener
 
-from gateway.config import config_from_text
+from gateway.config.model import config_from_text
 from gateway.connectors import ConnectorRegistry
 from gateway.connectors.bindings import (
     BindingPolicy,

@@ -16,7 +16,7 @@ from connector_support import REPO_ROOT, manifest_doc
 from gateway.connectors import ConnectorRegistry, ManifestError, parse_manifest
 from gateway.connectors.manifest import parse_manifest_off_loop
 from gateway.connectors.storage import SqliteRegistrationStore, StoredRegistration, now_iso
-from gateway.yamlsource import DEFAULT_LIMITS, SourceLimits
+from gateway.config.yaml_source import DEFAULT_LIMITS, SourceLimits
 from tests.support.hostile import ALIAS_BOMB
 
 

@@ -7,7 +7,7 @@ import asyncpg
 import pytest
 
 from gateway.connectors.storage import PostgresRegistrationStore, StoredRegistration, now_iso, open_registration_store
-from gateway.database import Database
+from gateway.storage.database import Database
 from gateway.fences import FenceRecord, FenceState, Owner, open_fence_store
 from gateway.fences.stores.postgres import PostgresFenceStore
 from gateway.conventions.keys import Effect

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.config import MediaConfig, config_from_text
+from gateway.config.model import MediaConfig, config_from_text
 from gateway.conventions.answers import Answer
-from gateway.database import Database
+from gateway.storage.database import Database
 from gateway.errors import ConfigError, MediaStoreError
 from gateway.media.runtime import open_media, rules_of
 from tests.support import images

@@ -12,7 +12,7 @@ import anyio
 import pytest
 
 from gateway.errors import MediaStoreError
-from gateway.media_store_urls import LocalStoreUrl, parse_media_store_url
+from gateway.storage.media_urls import LocalStoreUrl, parse_media_store_url
 from gateway.media.stores import media_store
 from gateway.media.stores.local import LocalMediaStore
 from gateway.media.validation import ImageRules, ValidImage, check_image

@@ -12,7 +12,7 @@ import anyio
 import pytest
 
 from gateway.errors import MediaStoreError
-from gateway.media_store_urls import S3StoreUrl, parse_media_store_url
+from gateway.storage.media_urls import S3StoreUrl, parse_media_store_url
 from gateway.media.stores import media_store
 from gateway.media.stores.s3 import S3MediaStore
 from gateway.media.validation import ImageRules, check_image

@@ -13,7 +13,7 @@ import pytest
 
 from gateway.conventions.answers import Answer
 from gateway.conventions.keys import OUTCOME_KEY
-from gateway.database import Database
+from gateway.storage.database import Database
 from gateway.errors import MediaStoreError, RequestError
 from gateway.media.grants import MemoryGrantStore, open_grant_store
 from gateway.media.references import IMAGE_META_KEY

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.config import config_from_text
+from gateway.config.model import config_from_text
 from gateway.errors import ConfigError
-from gateway.ratelimits import NO_LIMITS, RateLimits
+from gateway.pipeline.ratelimits import NO_LIMITS, RateLimits
 from gateway.telemetry import Telemetry
-from gateway.workers import check_workers, worker_replica_id
+from gateway.server.workers import check_workers, worker_replica_id
 
 BASE = "server: {port: 8080}\nupstreams:\n  - {name: a, transport: stdio, command: x}\n"
 

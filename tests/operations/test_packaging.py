@@ -20,9 +20,9 @@ import httpx
 import pytest
 import yaml
 
-from gateway.app import create_app
-from gateway.cli import _parser
-from gateway.config import load_config
+from gateway.server.app import create_app
+from gateway.cli.main import _parser
+from gateway.config.model import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -60,7 +60,7 @@ def test_dockerfile_entrypoint_user_and_files() -> None:
     entrypoint = json.loads(docker["ENTRYPOINT"][-1])
     assert entrypoint[:2] == ["dex-gateway", "serve"]
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts["dex-gateway"] == "gateway.cli:main"
+    assert scripts["dex-gateway"] == "gateway.cli.main:main"
     # The entrypoint with the CMD, the compose command and the pod's args parses as a command line.
     extra_args = [json.loads(docker["CMD"][-1]), _compose()["services"]["gateway"]["command"],
                   _container("dex-gateway")["args"]]

@@ -20,8 +20,8 @@ import anyio
 import httpx
 import pytest
 
-from gateway.config import RateConfig
-from gateway.ratelimits import RATE_LIMITED, Bucket, LocalBuckets, RedisBuckets
+from gateway.config.model import RateConfig
+from gateway.pipeline.ratelimits import RATE_LIMITED, Bucket, LocalBuckets, RedisBuckets
 from tests.operations.support import events, ops_upstream, tool_call
 from tests.support.gateway import start_gateway, write_config
 

@@ -22,8 +22,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from gateway.app import create_app
-from gateway.config import GatewayConfig
+from gateway.server.app import create_app
+from gateway.config.model import GatewayConfig
 from gateway.telemetry import Telemetry
 from tests.operations.support import HANDSHAKE, ACCEPT, events, last_message, new_key, ops_upstream, tool_call
 

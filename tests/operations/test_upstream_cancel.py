@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 import pytest
 
-from gateway.config import StdioUpstreamConfig
+from gateway.config.model import StdioUpstreamConfig
 from gateway.errors import UpstreamInterrupted
 from gateway.upstreams.http import HttpConnection
 from gateway.upstreams.mock_transport import MockResponse, MockTransport

@@ -34,7 +34,7 @@ def gateway_argv(*args: str) -> list[str]:
     """argv of the `dex-gateway` console script of this venv (falls back to `-m gateway.cli`)."""
     if GATEWAY_BIN.exists():
         return [str(GATEWAY_BIN), *args]
-    return [sys.executable, "-m", "gateway.cli", *args]
+    return [sys.executable, "-m", "gateway.cli.main", *args]
 
 
 def stdio_upstream(name: str, server: str, *, state_dir: Path, args: Sequence[str] = (),

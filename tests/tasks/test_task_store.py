@@ -10,7 +10,7 @@ import pytest
 
 from gateway.conventions.answers import Answer
 from gateway.conventions.keys import OUTCOME_KEY, Effect
-from gateway.database import Database
+from gateway.storage.database import Database
 from gateway.fences.records import Owner
 from gateway.fences.stores.sqlite import SqliteFenceStore
 from gateway.tasks import TaskRecord, TaskStatus, open_task_store

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from gateway.catalog import Catalog
-from gateway.config import HttpUpstreamConfig, StdioUpstreamConfig
+from gateway.pipeline.catalog import Catalog
+from gateway.config.model import HttpUpstreamConfig, StdioUpstreamConfig
 from gateway.conventions.keys import APPROVAL_KEY, EFFECT_KEY, Effect
 from gateway.upstreams.listing import ListKind
 
@@ -188,7 +188,7 @@ async def test_collision_first_upstream_in_config_order_wins_with_a_warning(capl
     second.publish(ListKind.TOOLS, [tool("get_balance", description="second's, refreshed")])
 
     # The first upstream's listing arrives later: it still wins, being first in config order.
-    with caplog.at_level(logging.WARNING, logger="gateway.catalog"):
+    with caplog.at_level(logging.WARNING, logger="gateway.pipeline.catalog"):
         first.publish(ListKind.TOOLS, [tool("get_balance", description="first's"), tool("refund")])
 
     routes = {r.name: r for r in await catalog.tools()}
@@ -201,7 +201,7 @@ async def test_collision_first_upstream_in_config_order_wins_with_a_warning(capl
 
 
 async def test_names_that_sanitise_alike_collide_within_one_upstream(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="gateway.catalog"):
+    with caplog.at_level(logging.WARNING, logger="gateway.pipeline.catalog"):
         catalog = Catalog([FakeListing(stdio("pay"), tools=[tool("get.balance"), tool("get_balance")])])
         routes = await catalog.tools()
     assert [(r.name, r.target) for r in routes] == [("pay__get_balance", "get.balance")]
@@ -209,7 +209,7 @@ async def test_names_that_sanitise_alike_collide_within_one_upstream(caplog: pyt
 
 
 async def test_a_tool_without_a_name_is_left_out_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="gateway.catalog"):
+    with caplog.at_level(logging.WARNING, logger="gateway.pipeline.catalog"):
         catalog = Catalog([FakeListing(stdio("pay"), tools=[{"inputSchema": {"type": "object"}}, tool("ok")])])
         routes = await catalog.tools()
     assert [r.name for r in routes] == ["pay__ok"]
@@ -249,7 +249,7 @@ async def test_connector_tools_are_listed_after_upstream_tools_with_their_own_na
 
 async def test_a_connector_tool_named_like_an_upstream_tool_is_left_out(caplog: pytest.LogCaptureFixture) -> None:
     crm = FakeConnectors(FakeConnectorTool("get_balance", Effect.NON_IDEMPOTENT_WRITE), FakeConnectorTool("crm_tag"))
-    with caplog.at_level(logging.WARNING, logger="gateway.catalog"):
+    with caplog.at_level(logging.WARNING, logger="gateway.pipeline.catalog"):
         catalog = Catalog([FakeListing(http("main", prefix=""), tools=[tool("get_balance", effect=R)])], connectors=crm)
         routes = {r.name: r for r in await catalog.tools()}
     assert list(routes) == ["get_balance", "crm_tag"]

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from gateway.catalog import Catalog
+from gateway.pipeline.catalog import Catalog
 from gateway.upstreams.listing import ListKind
 from tests.unit.test_catalog import FakeListing, stdio, tool
 
@@ -39,7 +39,7 @@ async def test_prompt_resource_and_template_collisions_keep_the_first_upstream_a
                            templates=[{"uriTemplate": "docs://{id}", "name": "doc", "description": name}])
 
     first, second = listing("first"), listing("second")
-    with caplog.at_level(logging.WARNING, logger="gateway.catalog"):
+    with caplog.at_level(logging.WARNING, logger="gateway.pipeline.catalog"):
         catalog = Catalog([first, second])
         for _ in range(2):  # rebuilt twice: warned once
             assert [(p.name, p.upstream) for p in await catalog.prompts()] == [("letter", "first")]

@@ -106,7 +106,7 @@ def test_the_optional_imports_are_declared_as_extras() -> None:
 def test_a_redis_url_without_the_redis_extra_is_a_clear_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
 
     from gateway.errors import ConfigError
-    from gateway.ratelimits import RedisBuckets
+    from gateway.pipeline.ratelimits import RedisBuckets
 
     monkeypatch.setitem(sys.modules, "redis", None)  # as if the extra were not installed
     monkeypatch.setitem(sys.modules, "redis.asyncio", None)

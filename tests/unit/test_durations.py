@@ -6,8 +6,8 @@ from datetime import timedelta
 
 import pytest
 
-from gateway.cli import older_than
-from gateway.durations import parse_duration
+from gateway.cli.main import older_than
+from gateway.config.durations import parse_duration
 from gateway.errors import ConfigError
 
 

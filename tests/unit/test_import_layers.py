@@ -19,6 +19,28 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 # package -> its layers, lowest first.
 LAYERS: dict[str, list[str]] = {
+    "gateway": [
+        "errors",          # the one exception tree
+        "internals",       # every reach into a library's private API
+        "protocol",        # the gateway's name and version on the wire
+        "name_header",     # the Mcp-Name header rule (front and upstreams)
+        "conventions",     # the Dex conventions: effects, keys, outcomes, answers, the checker
+        "config",          # gateway.yaml: the model, YAML with line numbers, env overrides
+        "storage",         # databases, store URLs, private files
+        "supervision",     # background work that is logged, counted and restarted
+        "telemetry",       # tracing and metrics
+        "auth",            # principals and their scope
+        "fences",          # the idempotency fences
+        "media",           # images stored once by SHA-256
+        "connectors",      # tools registered by manifest
+        "upstreams",       # MCP servers behind the gateway: stdio and HTTP
+        "pipeline",        # the one tools/call tail, the catalog, limits, passthrough
+        "tasks",           # MCP tasks, both eras
+        "http",            # edge middleware: hosts, bearer auth, body limit, /metrics
+        "front",           # the MCP front: fast path and the SDK server
+        "server",          # the process: app, runtime, serve, workers, drain, operations
+        "cli",             # dex-gateway's commands
+    ],
     "agent_host": [
         "models",          # model clients: protocol, scripted, OpenAI-compatible
         "domain",          # records, settings, texts, cards, credentials

@@ -11,7 +11,7 @@ import pytest
 
 from gateway.errors import RequestError
 from gateway.front.parking import PARKED_STATE_PREFIX, Parking
-from gateway.relay import CallRelay, RelayRefused
+from gateway.upstreams.relay import CallRelay, RelayRefused
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.yamlsource import (
+from gateway.config.yaml_source import (
     DEFAULT_LIMITS,
     DuplicateKey,
     LimitExceeded,

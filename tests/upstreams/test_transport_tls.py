@@ -15,7 +15,7 @@ import anyio.abc
 import pytest
 from aiohttp import web
 
-from gateway.config import HttpUpstreamConfig
+from gateway.config.model import HttpUpstreamConfig
 from gateway.errors import RequestNotSent, UpstreamNotSent
 from gateway.upstreams.http import HttpConnection
 from gateway.upstreams.transport import AiohttpTransport, HttpRequest, ssl_context

@@ -33,8 +33,8 @@ from typing import Literal, TypeAlias
 import anyio
 import httpx
 
-from ...config import ConnectorsConfig
-from ...grants import (
+from ...config.model import ConnectorsConfig
+from ...config.grants import (
     IPV4_COMPATIBLE,
     LINK_LOCAL,
     METADATA_ADDRESSES,

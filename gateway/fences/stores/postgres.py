@@ -24,7 +24,7 @@ from typing import Any, Self
 
 import asyncpg
 
-from ...database import Database, PoolLease
+from ...storage.database import Database, PoolLease
 from ..records import COLUMNS, FenceRecord, FenceState, FenceStats, Owner, dump_answer, record_from_row, record_to_row
 
 SCHEMA_VERSION = 1

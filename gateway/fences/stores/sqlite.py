@@ -25,10 +25,10 @@ from typing import Any, Self, TypeVar
 import anyio
 import anyio.to_thread
 
-from ...database import write_transaction
+from ...storage.database import write_transaction
 from ...errors import StoreError
-from ...private_files import private_file
-from ...storage_urls import parse_sqlite_url
+from ...storage.private_files import private_file
+from ...storage.urls import parse_sqlite_url
 from ..records import (
     COLUMNS,
     FenceRecord,

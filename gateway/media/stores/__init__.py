@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...media_store_urls import LocalStoreUrl, MemoryStoreUrl, S3StoreUrl, StoreUrl
+from ...storage.media_urls import LocalStoreUrl, MemoryStoreUrl, S3StoreUrl, StoreUrl
 from .base import MediaStore
 
 __all__ = ["MediaStore", "media_store"]

@@ -26,7 +26,7 @@ import anyio
 import anyio.to_thread
 
 from ...errors import MediaStoreError
-from ...private_files import private_dir
+from ...storage.private_files import private_dir
 from ..validation import ValidImage
 from .base import checked_bytes
 

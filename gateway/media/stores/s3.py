@@ -26,7 +26,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ...errors import MediaStoreError
-from ...media_store_urls import S3StoreUrl
+from ...storage.media_urls import S3StoreUrl
 from ..validation import ValidImage
 from .base import checked_bytes
 

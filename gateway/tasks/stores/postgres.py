@@ -11,7 +11,7 @@ import builtins
 
 from typing import Any
 
-from ...database import Database, PoolLease, lock_schema
+from ...storage.database import Database, PoolLease, lock_schema
 from ..records import COLUMNS, TaskRecord, TaskStatus, record_from_row, record_to_row
 from ..store import SCHEMA_VERSION, TASKS_TABLE
 

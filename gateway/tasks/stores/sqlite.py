@@ -13,9 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ...database import SqliteConnections, write_transaction
-from ...private_files import private_file
-from ...storage_urls import parse_sqlite_url
+from ...storage.database import SqliteConnections, write_transaction
+from ...storage.private_files import private_file
+from ...storage.urls import parse_sqlite_url
 from ..records import COLUMNS, TaskRecord, TaskStatus, record_from_row, record_to_row
 from ..store import SCHEMA_VERSION, TASKS_TABLE
 

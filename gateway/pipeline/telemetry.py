@@ -16,17 +16,17 @@ from typing import TYPE_CHECKING, Any, Literal
 from opentelemetry import trace
 from opentelemetry.trace import Span, StatusCode, Tracer
 
-from .conventions.outcomes import Interrupted, NotSent, Replied, RpcError
-from .fences import FenceRejected, FenceUnknown, Proceed, Replay
-from .telemetry.tracing import ATTEMPT_RESULT, ERROR_TYPE, TOOL, attempt_span, mark_failed, traced
+from ..conventions.outcomes import Interrupted, NotSent, Replied, RpcError
+from ..fences import FenceRejected, FenceUnknown, Proceed, Replay
+from ..telemetry.tracing import ATTEMPT_RESULT, ERROR_TYPE, TOOL, attempt_span, mark_failed, traced
 
 if TYPE_CHECKING:
     from .catalog import ToolRoute
-    from .conventions.answers import Answer
-    from .conventions.outcomes import AttemptEvent
-    from .fences import BeginResult
-    from .telemetry import Telemetry
-    from .telemetry.metrics import GatewayMetrics
+    from ..conventions.answers import Answer
+    from ..conventions.outcomes import AttemptEvent
+    from ..fences import BeginResult
+    from ..telemetry import Telemetry
+    from ..telemetry.metrics import GatewayMetrics
 
 __all__ = ["CallTelemetry", "NO_CALL_TELEMETRY"]
 

@@ -20,8 +20,8 @@ from typing import Any
 
 import yaml
 
-from .errors import ConfigError
-from .yamlsource import KeyPath, SourcedDocument
+from ..errors import ConfigError
+from .yaml_source import KeyPath, SourcedDocument
 
 __all__ = ["PREFIX", "apply_env_overrides"]
 

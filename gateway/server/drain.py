@@ -20,7 +20,7 @@ from typing import Protocol
 import anyio
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .http.asgi import refuse
+from ..http.asgi import refuse
 
 __all__ = ["DRAINING", "Drain", "DrainGate"]
 

@@ -22,11 +22,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .config import GatewayConfig, RateConfig
-from .errors import ConfigError, RequestError
+from ..config.model import GatewayConfig, RateConfig
+from ..errors import ConfigError, RequestError
 
 if TYPE_CHECKING:
-    from .telemetry.metrics import GatewayMetrics
+    from ..telemetry.metrics import GatewayMetrics
 
 __all__ = ["NO_LIMITS", "RATE_LIMITED", "LocalBuckets", "RateLimited", "RateLimits", "RedisBuckets"]
 

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 import anyio
 import anyio.to_thread
 
-from .storage_urls import PostgresUrl, parse_postgres_url
+from .urls import PostgresUrl, parse_postgres_url
 
 if TYPE_CHECKING:
     import asyncpg

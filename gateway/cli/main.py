@@ -15,13 +15,13 @@ from typing import Any
 
 import anyio
 
-from .app import create_app
-from .config import GatewayConfig, load_config, with_server_overrides
-from .connectors import validate_cli
-from .conventions import check_cli
-from .durations import parse_duration
-from .errors import ConfigError
-from .tasks import admin as tasks_admin
+from ..server.app import create_app
+from ..config.model import GatewayConfig, load_config, with_server_overrides
+from ..connectors import validate_cli
+from ..conventions import check_cli
+from ..config.durations import parse_duration
+from ..errors import ConfigError
+from ..tasks import admin as tasks_admin
 
 logger = logging.getLogger("gateway")
 
@@ -107,7 +107,7 @@ def _config_arg(parser: argparse.ArgumentParser) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from . import serve, workers
+    from ..server import serve, workers
 
     config = load_config(args.config)
     overrides: dict[str, Any] = {}
@@ -181,8 +181,8 @@ def _print_table(rows: list[dict[str, str]], columns: list[str]) -> None:
 
 
 def _with_store(config_path: str | None, action: Any) -> Any:
-    from .database import opened
-    from .fences import open_fence_store
+    from ..storage.database import opened
+    from ..fences import open_fence_store
 
     config = load_config(config_path)
 
@@ -194,14 +194,14 @@ def _with_store(config_path: str | None, action: Any) -> Any:
 
 
 def _fences_stats(args: argparse.Namespace) -> int:
-    from .fences import stats
+    from ..fences import stats
 
     print(json.dumps(_with_store(args.config, stats), indent=2, default=str))
     return 0
 
 
 def _fences_show(args: argparse.Namespace) -> int:
-    from .fences import show
+    from ..fences import show
 
     async def action(store: Any) -> Any:
         return await show(store, args.principal, args.key)
@@ -215,7 +215,7 @@ def _fences_show(args: argparse.Namespace) -> int:
 
 
 def _fences_purge(args: argparse.Namespace) -> int:
-    from .fences import purge
+    from ..fences import purge
 
     cutoff = older_than(args.older_than)
 

@@ -17,8 +17,8 @@ import anyio
 from mcp_types import INTERNAL_ERROR
 
 from .catalog import Catalog
-from .errors import RequestError, UpstreamError, UpstreamRpcError
-from .upstreams.upstream import Upstream
+from ..errors import RequestError, UpstreamError, UpstreamRpcError
+from ..upstreams.upstream import Upstream
 
 __all__ = ["ResourceWatch"]
 

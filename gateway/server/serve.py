@@ -28,9 +28,9 @@ import uvicorn
 from anyio.abc import TaskGroup
 
 from .app import create_app
-from .config import GatewayConfig
+from ..config.model import GatewayConfig
 from .drain import Drain
-from .http.uvicorn_protocol import ConnectionLimits, connection_protocol
+from ..http.uvicorn_protocol import ConnectionLimits, connection_protocol
 
 __all__ = ["default_max_connections", "serve", "uvicorn_config"]
 

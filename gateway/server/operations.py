@@ -18,15 +18,15 @@ import anyio
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp
 
-from .config import GatewayConfig
+from ..config.model import GatewayConfig
 from .drain import Drain, DrainGate
-from .http.auth import Authenticator
-from .http.hosts import HostOriginPolicy
-from .http.streams import IdleStreams
-from .ratelimits import RateLimits
-from .telemetry import Telemetry, UpstreamState
-from .http.metrics import metrics_endpoint
-from .upstreams.listing import ListingCache
+from ..http.auth import Authenticator
+from ..http.hosts import HostOriginPolicy
+from ..http.streams import IdleStreams
+from ..pipeline.ratelimits import RateLimits
+from ..telemetry import Telemetry, UpstreamState
+from ..http.metrics import metrics_endpoint
+from ..upstreams.listing import ListingCache
 
 __all__ = ["Operations"]
 

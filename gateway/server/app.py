@@ -21,32 +21,32 @@ from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .call_telemetry import CallTelemetry
-from .calls import CallPipeline
-from .catalog import Catalog
-from .config import GatewayConfig
-from .connectors import ConnectorRegistry
-from .connectors.admin_api import admin_routes
-from .connectors.bindings.policy import BindingPolicy
-from .database import Database, opened
+from ..pipeline.telemetry import CallTelemetry
+from ..pipeline.calls import CallPipeline
+from ..pipeline.catalog import Catalog
+from ..config.model import GatewayConfig
+from ..connectors import ConnectorRegistry
+from ..connectors.admin_api import admin_routes
+from ..connectors.bindings.policy import BindingPolicy
+from ..storage.database import Database, opened
 from .drain import Drain
-from .fences import Fences, FenceStore, Owner, open_fence_store
-from .front import Authenticator, ClientEvents, Parking, Sessions, build_front
-from .http.auth import BearerAuth
-from .front.events import ListenStreams
-from .http.hosts import HostOriginGuard, HostOriginPolicy
-from .media.runtime import Media, open_media
-from .media.serving import MediaEndpoint
+from ..fences import Fences, FenceStore, Owner, open_fence_store
+from ..front import Authenticator, ClientEvents, Parking, Sessions, build_front
+from ..http.auth import BearerAuth
+from ..front.events import ListenStreams
+from ..http.hosts import HostOriginGuard, HostOriginPolicy
+from ..media.runtime import Media, open_media
+from ..media.serving import MediaEndpoint
 from .operations import Operations
-from .protocol import SERVER_INFO
-from .scope import PrincipalScope
-from .subscriptions import ResourceWatch
-from .tasks import ObservedTaskStore, TaskRecord, Tasks
-from .tasks.runtime import open_tasks_store, start_tasks, task_requests
-from .telemetry import Telemetry
-from .limits import upstream_answer_cap
-from .upstreams.listing import ListingCache, ListKind
-from .upstreams.upstream import Upstream
+from ..protocol import SERVER_INFO
+from ..auth.scope import PrincipalScope
+from ..pipeline.subscriptions import ResourceWatch
+from ..tasks import ObservedTaskStore, TaskRecord, Tasks
+from ..tasks.runtime import open_tasks_store, start_tasks, task_requests
+from ..telemetry import Telemetry
+from ..pipeline.limits import upstream_answer_cap
+from ..upstreams.listing import ListingCache, ListKind
+from ..upstreams.upstream import Upstream
 
 logger = logging.getLogger(__name__)
 

@@ -12,13 +12,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .conventions.keys import Effect
-from .config_ops import RateConfig, RateLimitsConfig, TelemetryConfig
-from .env_overrides import apply_env_overrides
-from .errors import ConfigError
+from ..conventions.keys import Effect
+from .ops import RateConfig, RateLimitsConfig, TelemetryConfig
+from .env import apply_env_overrides
+from ..errors import ConfigError
 from .grants import check_env_name, check_module_prefix, parse_host_entry
-from .media_store_urls import parse_media_store_url
-from .yamlsource import SourceError, SourcedDocument, dotted, expand_env, load_file, load_yaml
+from ..storage.media_urls import parse_media_store_url
+from .yaml_source import SourceError, SourcedDocument, dotted, expand_env, load_file, load_yaml
 
 
 DEFAULT_CONFIG_PATH = "config/gateway.yaml"

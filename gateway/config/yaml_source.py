@@ -20,8 +20,8 @@ from typing import Any, TypeAlias
 
 import yaml
 
-from .errors import ConfigError
-from .yamlcompose import DEFAULT_LIMITS, DuplicateKey, LimitExceeded, SourceError, SourceLimits, check_size, compose
+from ..errors import ConfigError
+from .yaml_compose import DEFAULT_LIMITS, DuplicateKey, LimitExceeded, SourceError, SourceLimits, check_size, compose
 
 KeyPath: TypeAlias = tuple[str | int, ...]
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")

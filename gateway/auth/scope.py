@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .config import AuthConfig, TokenConfig
+from ..config.model import AuthConfig, TokenConfig
 
 __all__ = ["PrincipalScope"]
 

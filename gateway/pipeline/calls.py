@@ -24,9 +24,9 @@ import anyio
 from mcp_types import INVALID_PARAMS, INVALID_REQUEST, MISSING_REQUIRED_CLIENT_CAPABILITY
 
 from .catalog import Catalog, ToolRoute
-from .conventions.answers import Answer, Dispatched
-from .conventions.keys import IDEMPOTENCY_KEY, MCP_RESERVED_PREFIX, Effect, Outcome
-from .conventions.outcomes import (
+from ..conventions.answers import Answer, Dispatched
+from ..conventions.keys import IDEMPOTENCY_KEY, MCP_RESERVED_PREFIX, Effect, Outcome
+from ..conventions.outcomes import (
     AttemptEvent,
     Interrupted,
     NotSent,
@@ -37,7 +37,7 @@ from .conventions.outcomes import (
     resolve_attempt,
     unknown,
 )
-from .errors import (
+from ..errors import (
     UnknownToolError,
     UpstreamAnswerTooLarge,
     UpstreamError,
@@ -47,17 +47,17 @@ from .errors import (
     UpstreamRpcError,
 )
 from .limits import answer_over_cap, over_result_limit
-from .media.stage import MediaStage
-from .media.validation import ImageRules
-from .fences import FenceRejected, Fences, FenceUnknown, Proceed, Replay, Ticket
-from .principals import ANONYMOUS
+from ..media.stage import MediaStage
+from ..media.validation import ImageRules
+from ..fences import FenceRejected, Fences, FenceUnknown, Proceed, Replay, Ticket
+from ..auth.principals import ANONYMOUS
 from .ratelimits import NO_LIMITS, RateLimits
-from .relay import CallRelay
-from .scope import PrincipalScope
-from .upstreams.input_rounds import ROUND_KEYS, InputNotProvided, answer_rounds, not_provided_text
-from .upstreams.results import InvalidResult, answer_from_result
-from .call_telemetry import NO_CALL_TELEMETRY, CallTelemetry
-from .upstreams.upstream import Upstream, resend_delay
+from ..upstreams.relay import CallRelay
+from ..auth.scope import PrincipalScope
+from ..upstreams.input_rounds import ROUND_KEYS, InputNotProvided, answer_rounds, not_provided_text
+from ..upstreams.results import InvalidResult, answer_from_result
+from .telemetry import NO_CALL_TELEMETRY, CallTelemetry
+from ..upstreams.upstream import Upstream, resend_delay
 
 if TYPE_CHECKING:
     from .task_sink import UpstreamTaskSink

@@ -18,12 +18,12 @@ import mcp_types as types
 from mcp.shared.inbound import X_MCP_HEADER_KEY
 from pydantic import ValidationError
 
-from .config import HttpUpstreamConfig, StdioUpstreamConfig
-from .conventions.answers import Dispatched
-from .conventions.effects import Classification, ToolPolicy, classify_tool, publish_annotations, publish_tool_meta
-from .conventions.keys import Effect
-from .conventions.naming import exposed_tool_name
-from .upstreams.listing import ListingCache, ListKind
+from ..config.model import HttpUpstreamConfig, StdioUpstreamConfig
+from ..conventions.answers import Dispatched
+from ..conventions.effects import Classification, ToolPolicy, classify_tool, publish_annotations, publish_tool_meta
+from ..conventions.keys import Effect
+from ..conventions.naming import exposed_tool_name
+from ..upstreams.listing import ListingCache, ListKind
 
 logger = logging.getLogger(__name__)
 

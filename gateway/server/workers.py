@@ -33,9 +33,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .config import GatewayConfig
-from .errors import ConfigError
-from .telemetry.metrics import MULTIPROC_ENV
+from ..config.model import GatewayConfig
+from ..errors import ConfigError
+from ..telemetry.metrics import MULTIPROC_ENV
 
 __all__ = ["run_workers", "worker_replica_id"]
 
@@ -144,8 +144,8 @@ def _mark_dead(metrics_dir: str, pid: int) -> None:
 
 
 def worker_argv(args_config: str | None, host: str | None, verbose: bool) -> list[str]:
-    """The command that starts one worker (gateway.cli's `serve`, this Python)."""
-    command = [sys.executable, "-m", "gateway.cli", "serve"]
+    """The command that starts one worker (gateway.cli.main's `serve`, this Python)."""
+    command = [sys.executable, "-m", "gateway.cli.main", "serve"]
     if args_config:
         command += ["--config", args_config]
     if host:

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING
 
 import pydantic_core
 
-from .conventions.answers import Answer
+from ..conventions.answers import Answer
 
 if TYPE_CHECKING:
-    from .config import GatewayConfig
+    from ..config.model import GatewayConfig
 
 __all__ = ["answer_over_cap", "over_result_limit", "upstream_answer_cap"]
 
