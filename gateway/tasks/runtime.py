@@ -16,6 +16,7 @@ from ..config import TasksConfig
 from ..database import Database, opened
 from ..fences import Fences
 from ..scope import PrincipalScope
+from ..supervision import Supervisor
 from ..upstreams.upstream import Upstream
 from .jobs import TaskJobs
 from .requests import TaskRequests
@@ -48,11 +49,12 @@ def task_requests(config: TasksConfig) -> TaskRequests | None:
 
 def start_tasks(config: TasksConfig, store: TaskStore | None, tg: TaskGroup, *, pipeline: CallPipeline,
                 catalog: Catalog, scope: PrincipalScope, fences: Fences, upstreams: Mapping[str, Upstream],
-                server_info: Mapping[str, Any]) -> Tasks | None:
+                server_info: Mapping[str, Any], supervisor: Supervisor | None = None) -> Tasks | None:
     """The tasks service, its lease keeper and sweeper running in `tg` (None when tasks are off)."""
     if store is None:
         return None
-    jobs = TaskJobs(store, fences.owner, tg, lease_seconds=fences.lease_seconds, clock=time.time)
+    supervisor = supervisor or Supervisor()
+    jobs = TaskJobs(store, fences.owner, tg, lease_seconds=fences.lease_seconds, clock=time.time, supervisor=supervisor)
     settings = TaskSettings(
         augment=config.augment,
         default_ttl_ms=int(config.default_ttl_seconds * 1000),
@@ -62,6 +64,6 @@ def start_tasks(config: TasksConfig, store: TaskStore | None, tg: TaskGroup, *, 
         keep_expired_seconds=config.keep_expired_seconds,
     )
     tasks = Tasks(TaskParts(store, pipeline, catalog, scope, fences, upstreams, jobs, settings, server_info, time.time))
-    tg.start_soon(jobs.run_keeper)
-    tg.start_soon(tasks.run_sweeper, config.sweep_interval_seconds)
+    tg.start_soon(supervisor.loop, "task lease keeper", jobs.run_keeper)
+    tg.start_soon(supervisor.loop, "task sweeper", lambda: tasks.run_sweeper(config.sweep_interval_seconds))
     return tasks

@@ -97,7 +97,15 @@ class GatewayMetrics:
         self.rate_limited = Counter(
             "dex_gateway_rate_limited", "calls refused by a rate limit (nothing sent)", ["limit"], registry=registry
         )
+        self.background_failures = Counter(
+            "dex_gateway_background_failures", "failures of background work (task jobs, sweepers, notifiers), logged and retried",
+            ["work"], registry=registry,
+        )
         self._runtime: _Runtime | None = None
+
+    def background_failed(self, work: str) -> None:
+        """`work` is a fixed name from the code (gateway/supervision.py), never client input."""
+        self.background_failures.labels(work).inc()
 
     def watch_upstreams(self, source: Callable[[], Iterable[UpstreamState]]) -> None:
         """Report upstream health and listing age from `source` at every scrape."""
