@@ -134,7 +134,8 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
             try:
                 async with ops.running(), runtime.manager.run():
                     retention = timedelta(hours=config.fences.retention_hours)
-                    tg.start_soon(supervisor.loop, "fence sweeper", lambda: runtime.fences.run_sweeper(retention))
+                    tg.start_soon(supervisor.loop, "fence sweeper", lambda: runtime.fences.run_sweeper(
+                        retention, config.fences.sweep_interval_seconds))
                     tg.start_soon(supervisor.loop, "fence lease renewer", runtime.fences.run_renewer)
                     tg.start_soon(supervisor.once, "catalog warm-up", lambda: _warm_up(runtime))
                     yield runtime
