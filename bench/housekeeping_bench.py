@@ -1,0 +1,134 @@
+"""Housekeeping at 10^6 fences (the reliability issue, items 2-4), against a real `dex-gateway serve`:
+
+    .venv/bin/python bench/housekeeping_bench.py [--rows 1000000]
+
+1. fills ROWS finished fences into an SQLite file through the store's own code (insert_if_absent);
+2. sweep: a gateway whose retention those fences pass while `/healthz` and `/readyz` are probed
+   every 50 ms: the slowest probe of each (goal: under 100 ms);
+3. purge: `dex-gateway fences purge --older-than 24h` of ROWS fences while 4 clients send fenced
+   writes: failed calls (goal: 0) and the fenced-write p99 before and during the purge (goal:
+   during ≤ 10x before).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.operations.test_housekeeping import Prober, fill_fences  # noqa: E402
+from tests.support.gateway import run_gateway_cli, start_gateway, stdio_upstream, write_config  # noqa: E402
+from tests.tasks.tasks_support import HANDSHAKE, post  # noqa: E402
+
+
+def p99(samples: list[float]) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] if ordered else float("nan")
+
+
+class Load:
+    """Clients sending fenced writes (a new key each) in a loop; latencies by phase, failures."""
+
+    def __init__(self, url: str, clients: int = 4) -> None:
+        self.url = url
+        self.phase = "before"
+        self.samples: dict[str, list[float]] = {"before": [], "during": [], "after": []}
+        self.failures: list[object] = []
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(clients)]
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            key = f"load/{uuid.uuid4().hex}"
+            params = {"name": "s__slow_write", "arguments": {"seconds": 0, "label": key}}
+            phase = self.phase
+            started = time.perf_counter()
+            status, message = post(self.url, "tools/call", params, era=HANDSHAKE, key=key)
+            took = time.perf_counter() - started
+            if status != 200 or "result" not in message or message["result"].get("isError"):
+                self.failures.append(message)
+            self.samples[phase].append(took)
+
+    def __enter__(self) -> "Load":
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=30)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        template = root / "template.db"
+        t0 = time.monotonic()
+        fill_fences(template, args.rows, age_seconds=0)  # updated_at: when the fill began
+        fill_seconds = time.monotonic() - t0
+        print(f"filled {args.rows} fences through insert_if_absent in {fill_seconds:.0f} s "
+              f"({template.stat().st_size / 2**20:.0f} MiB)")
+
+        # -- the sweep ---------------------------------------------------------------------
+        sweep_dir = root / "sweep"
+        sweep_dir.mkdir()
+        db = sweep_dir / "gateway.db"
+        shutil.copy(template, db)
+        # The fences pass retention 30 s from now: after the gateway started and the probing began.
+        retention = time.monotonic() - t0 + 30
+        config = write_config(sweep_dir, {
+            "upstreams": [stdio_upstream("s", "tasks_server", state_dir=sweep_dir / "stdio")],
+            "fences": {"store": f"sqlite:///{db}", "retention_hours": retention / 3600, "sweep_interval_seconds": 1},
+        })
+        with start_gateway(config) as gateway, Prober(gateway.base) as prober:
+            pass_at = t0 + retention
+            print(f"sweep: waiting {max(0, pass_at - time.monotonic()):.0f} s for the fences to pass retention")
+            match = gateway.wait_for_log(r"fence sweep: (\d+) fences past retention deleted",
+                                         timeout=retention + 600)
+            swept_at = time.monotonic()
+        print(f"sweep: {match.group(1)} fences deleted ~{swept_at - pass_at:.0f} s after they passed retention; "
+              f"slowest /healthz {prober.slowest['/healthz'] * 1000:.1f} ms, /readyz "
+              f"{prober.slowest['/readyz'] * 1000:.1f} ms (probes every 50 ms), failures {len(prober.failures)}")
+
+        # -- the purge ---------------------------------------------------------------------
+        purge_dir = root / "purge"
+        purge_dir.mkdir()
+        db = purge_dir / "gateway.db"
+        shutil.copy(template, db)
+        config = write_config(purge_dir, {
+            "upstreams": [stdio_upstream("s", "tasks_server", state_dir=purge_dir / "stdio",
+                                         tool_policies={"s__slow_write": {"effect": "non_idempotent_write"}})],
+            "fences": {"store": f"sqlite:///{db}"},
+            "tasks": {"enabled": False},
+        })
+        with start_gateway(config) as gateway:
+            assert post(gateway.url, "tools/list", {}, era=HANDSHAKE)[0] == 200
+            with Load(gateway.url) as load:
+                time.sleep(10)
+                load.phase = "during"
+                started = time.monotonic()
+                done = run_gateway_cli("fences", "purge", "--config", str(config), "--older-than", "1s", timeout=900)
+                purge_seconds = time.monotonic() - started
+                load.phase = "after"
+                time.sleep(3)
+            size = db.stat().st_size / 2**20
+        print(f"purge: {done.stdout.strip()} in {purge_seconds:.1f} s (exit {done.returncode}) {done.stderr.strip()[-300:]}")
+        before, during = p99(load.samples["before"]), p99(load.samples["during"])
+        print(f"purge: fenced writes before {len(load.samples['before'])} p99 {before * 1000:.1f} ms; during "
+              f"{len(load.samples['during'])} p99 {during * 1000:.1f} ms ({during / before:.1f}x); failed calls "
+              f"{len(load.failures)} {load.failures[:2]}; file {size:.0f} MiB after")
+
+
+if __name__ == "__main__":
+    main()
