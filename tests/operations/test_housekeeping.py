@@ -149,6 +149,10 @@ class Prober:
                 self._stop.wait(0.05)
 
     def __enter__(self) -> "Prober":
+        with httpx.Client(timeout=10) as client:  # warm up: a fresh process's first answers are slow
+            for _ in range(5):
+                for path in self.slowest:
+                    client.get(self.base + path)
         self._thread.start()
         return self
 
