@@ -180,3 +180,41 @@ def test_sweeping_50000_fences_never_holds_a_probe_100_ms(tmp_path: Path) -> Non
     assert prober.slowest["/healthz"] < 0.1 and prober.slowest["/readyz"] < 0.1, prober.slowest
     with contextlib.closing(sqlite3.connect(db)) as conn:
         assert conn.execute("SELECT count(*) FROM fences").fetchone()[0] == 0
+
+
+@pytest.mark.anyio
+async def test_a_runtime_that_stops_under_a_live_server_fails_healthz(tmp_path: Path) -> None:
+    """Belt and braces behind the supervision: a failure that still reaches the runtime's task
+    group (here one started there on purpose) stops the runtime; the HTTP server lives on, and
+    /healthz must then say so (503), so an orchestrator restarts the process."""
+    import socket
+
+    import uvicorn
+
+    from gateway.app import create_app
+    from gateway.config import GatewayConfig
+
+    config = GatewayConfig.model_validate({"fences": {"store": f"sqlite:///{tmp_path / 'gateway.db'}"}, "upstreams": []})
+    app = create_app(config)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    base = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+
+    async def boom() -> None:
+        raise RuntimeError("a failure outside supervision")
+
+    async with anyio.create_task_group() as tg, httpx.AsyncClient(timeout=10) as client:
+        tg.start_soon(lambda: server.serve(sockets=[sock]))
+        with anyio.fail_after(20):
+            while not server.started:
+                await anyio.sleep(0.02)
+        assert (await client.get(base + "/healthz")).status_code == 200
+        app.state.runtime.task_group.start_soon(boom)
+        await anyio.sleep(0.3)
+        health = await client.get(base + "/healthz")
+        mcp = await client.post(base + "/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
+                                headers={"accept": "application/json, text/event-stream"})
+        server.should_exit = True
+    assert health.status_code == 503 and health.json() == {"status": "failed"}
+    assert mcp.status_code == 503 and "nothing was done" in mcp.json()["error"]["message"]
