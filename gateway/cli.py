@@ -223,7 +223,6 @@ def _fences_purge(args: argparse.Namespace) -> int:
         return await purge(store, cutoff)
 
     print(f"purged {_with_store(args.config, action)} fences older than {args.older_than}")
-    print("(an SQLite file keeps its size: docs/fences.md, 'Reclaiming the file')", file=sys.stderr)
     return 0
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -349,6 +351,9 @@ async def test_sweep_deletes_batch_after_batch_and_keeps_the_live(any_url: str, 
         assert all([await store.get(r.ticket.fence_id) is None for r in abandoned])
         assert (await store.stats()).total == 2
         assert await store.get(live.ticket.fence_id) is not None
+    if any_url.startswith("sqlite:///"):  # the freed pages went back to the file system
+        with contextlib.closing(sqlite3.connect(any_url.removeprefix("sqlite:///"))) as conn:
+            assert conn.execute("PRAGMA freelist_count").fetchone()[0] == 0
 
 
 async def test_run_sweeper_sweeps_in_the_background(any_url: str, clock: FakeClock) -> None:

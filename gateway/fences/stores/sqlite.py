@@ -49,6 +49,8 @@ T = TypeVar("T")
 
 # Rows deleted per write transaction by a sweep or purge (a few ms of write lock each).
 SWEEP_BATCH_ROWS = 500
+# Free pages given back to the file system per transaction after a sweep (4 MiB of 4 KiB pages).
+VACUUM_PAGES = 1000
 _SWEEPS = tuple(
     f"DELETE FROM fences WHERE fence_id IN (SELECT fence_id FROM fences WHERE state = '{state}' AND updated_at < ?1"
     f"{extra} LIMIT ?2)"
@@ -119,6 +121,9 @@ class SqliteFenceStore:
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=sqlite_wait_ms / 1000)
         try:
             conn.execute(f"PRAGMA busy_timeout = {sqlite_wait_ms}")
+            # A new file gives the pages its sweeps free back to the file system (`sweep`); on an
+            # existing file it takes effect at the next VACUUM (docs/fences.md).
+            conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise RuntimeError(f"could not put {self.path} in WAL mode (got {mode!r})")
@@ -275,6 +280,8 @@ class SqliteFenceStore:
                     if deleted < SWEEP_BATCH_ROWS:
                         break
                     await anyio.sleep(max(time.monotonic() - started, 0.005))
+            if total:
+                await self._give_back(conn)
         finally:
             await anyio.to_thread.run_sync(conn.close)
         return total
@@ -284,6 +291,18 @@ class SqliteFenceStore:
         conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
         conn.execute(f"PRAGMA synchronous = {self.synchronous}")
         return conn
+
+    async def _give_back(self, conn: sqlite3.Connection) -> None:
+        """Return the pages the sweep freed to the file system, `VACUUM_PAGES` at a time, when the
+        file is in incremental auto-vacuum mode (new files are; older ones after one VACUUM)."""
+        if (await anyio.to_thread.run_sync(lambda: conn.execute("PRAGMA auto_vacuum").fetchone()[0])) != 2:
+            return
+        while (await anyio.to_thread.run_sync(lambda: conn.execute("PRAGMA freelist_count").fetchone()[0])) > 0:
+            started = time.monotonic()
+            # Its own transaction; executescript steps the pragma to its end (execute() frees one page).
+            await anyio.to_thread.run_sync(lambda: conn.executescript(f"PRAGMA incremental_vacuum({VACUUM_PAGES});"))
+            await anyio.sleep(max(time.monotonic() - started, 0.005))
+        await anyio.to_thread.run_sync(lambda: conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall())
 
     @staticmethod
     def _sweep_batch(conn: sqlite3.Connection, sql: str, cutoff: float) -> int:
