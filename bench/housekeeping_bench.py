@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import sqlite3
 import sys
 import tempfile
 import threading
@@ -70,66 +71,93 @@ class Load:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--template", type=Path, help="a file filled by an earlier run (its fences' age is taken "
+                        "from it): skips the fill, which takes minutes at 10^6")
+    parser.add_argument("--part", choices=("sweep", "purge", "both"), default="both")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         template = root / "template.db"
         t0 = time.monotonic()
-        fill_fences(template, args.rows, age_seconds=0)  # updated_at: when the fill began
-        fill_seconds = time.monotonic() - t0
-        print(f"filled {args.rows} fences through insert_if_absent in {fill_seconds:.0f} s "
-              f"({template.stat().st_size / 2**20:.0f} MiB)")
+        if args.template is not None:
+            shutil.copy(args.template, template)
+            with sqlite3.connect(template) as conn:
+                newest = conn.execute("SELECT max(updated_at) FROM fences").fetchone()[0]
+            t0 -= time.time() - newest  # as if filled just now
+            print(f"reusing {args.template} ({template.stat().st_size / 2**20:.0f} MiB)")
+        else:
+            fill_fences(template, args.rows, age_seconds=0)  # updated_at: when the fill began
+            fill_seconds = time.monotonic() - t0
+            print(f"filled {args.rows} fences through insert_if_absent in {fill_seconds:.0f} s "
+                  f"({template.stat().st_size / 2**20:.0f} MiB)")
 
-        # -- the sweep ---------------------------------------------------------------------
-        sweep_dir = root / "sweep"
-        sweep_dir.mkdir()
-        db = sweep_dir / "gateway.db"
-        shutil.copy(template, db)
-        # The fences pass retention 30 s from now: after the gateway started and the probing began.
-        retention = time.monotonic() - t0 + 30
-        config = write_config(sweep_dir, {
-            "upstreams": [stdio_upstream("s", "tasks_server", state_dir=sweep_dir / "stdio")],
-            "fences": {"store": f"sqlite:///{db}", "retention_hours": retention / 3600, "sweep_interval_seconds": 1},
-        })
-        with start_gateway(config) as gateway, Prober(gateway.base) as prober:
-            pass_at = t0 + retention
-            print(f"sweep: waiting {max(0, pass_at - time.monotonic()):.0f} s for the fences to pass retention")
-            match = gateway.wait_for_log(r"fence sweep: (\d+) fences past retention deleted",
-                                         timeout=retention + 600)
-            swept_at = time.monotonic()
-        print(f"sweep: {match.group(1)} fences deleted ~{swept_at - pass_at:.0f} s after they passed retention; "
-              f"slowest /healthz {prober.slowest['/healthz'] * 1000:.1f} ms, /readyz "
-              f"{prober.slowest['/readyz'] * 1000:.1f} ms (probes every 50 ms), failures {len(prober.failures)}")
+        if args.part in ("sweep", "both"):
+            sweep(root, template, t0)
+        if args.part in ("purge", "both"):
+            purge(root, template)
 
-        # -- the purge ---------------------------------------------------------------------
-        purge_dir = root / "purge"
-        purge_dir.mkdir()
-        db = purge_dir / "gateway.db"
-        shutil.copy(template, db)
-        config = write_config(purge_dir, {
-            "upstreams": [stdio_upstream("s", "tasks_server", state_dir=purge_dir / "stdio",
-                                         tool_policies={"s__slow_write": {"effect": "non_idempotent_write"}})],
-            "fences": {"store": f"sqlite:///{db}"},
-            "tasks": {"enabled": False},
-        })
-        with start_gateway(config) as gateway:
-            assert post(gateway.url, "tools/list", {}, era=HANDSHAKE)[0] == 200
-            with Load(gateway.url) as load:
-                time.sleep(5)
-                load.phase = "before"
-                time.sleep(15)
-                load.phase = "during"
-                started = time.monotonic()
-                done = run_gateway_cli("fences", "purge", "--config", str(config), "--older-than", "1s", timeout=900)
-                purge_seconds = time.monotonic() - started
-                load.phase = "after"
-                time.sleep(3)
-            size = db.stat().st_size / 2**20
-        print(f"purge: {done.stdout.strip()} in {purge_seconds:.1f} s (exit {done.returncode}) {done.stderr.strip()[-300:]}")
-        before, during = p99(load.samples["before"]), p99(load.samples["during"])
-        print(f"purge: fenced writes before {len(load.samples['before'])} p99 {before * 1000:.1f} ms; during "
-              f"{len(load.samples['during'])} p99 {during * 1000:.1f} ms ({during / before:.1f}x); failed calls "
-              f"{len(load.failures)} {load.failures[:2]}; file {size:.0f} MiB after")
+
+def sweep(root: Path, template: Path, t0: float) -> None:
+    # -- the sweep ---------------------------------------------------------------------
+    sweep_dir = root / "sweep"
+    sweep_dir.mkdir()
+    db = sweep_dir / "gateway.db"
+    shutil.copy(template, db)
+    # The fences pass retention 30 s from now: after the gateway started and the probing began.
+    retention = time.monotonic() - t0 + 30
+    config = write_config(sweep_dir, {
+        "upstreams": [stdio_upstream("s", "tasks_server", state_dir=sweep_dir / "stdio")],
+        "fences": {"store": f"sqlite:///{db}", "retention_hours": retention / 3600, "sweep_interval_seconds": 1},
+    })
+    with start_gateway(config) as gateway, Prober(gateway.base) as prober:
+        quiet_from = time.monotonic()
+        pass_at = t0 + retention - 1
+        print(f"sweep: waiting {max(0, pass_at - time.monotonic()):.0f} s for the fences to pass retention")
+        match = gateway.wait_for_log(r"fence sweep: (\d+) fences past retention deleted",
+                                     timeout=retention + 900)
+        swept_at = time.monotonic()
+    quiet = prober.slowest_between(quiet_from, pass_at)
+    during = prober.slowest_between(pass_at, swept_at)
+    print(f"sweep: {match.group(1)} fences deleted within {swept_at - pass_at:.0f} s of passing retention; "
+          f"probes every 50 ms: slowest during the sweep /healthz {during['/healthz'] * 1000:.1f} ms, /readyz "
+          f"{during['/readyz'] * 1000:.1f} ms; before it (idle, {pass_at - quiet_from:.0f} s) /healthz "
+          f"{quiet['/healthz'] * 1000:.1f} ms, /readyz {quiet['/readyz'] * 1000:.1f} ms; "
+          f"{sum(1 for at, _, took in prober.samples if pass_at <= at <= swept_at and took > 0.1)} of "
+          f"{sum(1 for at, _, _ in prober.samples if pass_at <= at <= swept_at)} probes over 100 ms during it; "
+          f"failures {len(prober.failures)}; file {db.stat().st_size / 2**20:.0f} MiB after")
+
+
+
+def purge(root: Path, template: Path) -> None:
+    # -- the purge ---------------------------------------------------------------------
+    purge_dir = root / "purge"
+    purge_dir.mkdir()
+    db = purge_dir / "gateway.db"
+    shutil.copy(template, db)
+    config = write_config(purge_dir, {
+        "upstreams": [stdio_upstream("s", "tasks_server", state_dir=purge_dir / "stdio",
+                                     tool_policies={"s__slow_write": {"effect": "non_idempotent_write"}})],
+        "fences": {"store": f"sqlite:///{db}"},
+        "tasks": {"enabled": False},
+    })
+    with start_gateway(config) as gateway:
+        assert post(gateway.url, "tools/list", {}, era=HANDSHAKE)[0] == 200
+        with Load(gateway.url) as load:
+            time.sleep(5)
+            load.phase = "before"
+            time.sleep(15)
+            load.phase = "during"
+            started = time.monotonic()
+            done = run_gateway_cli("fences", "purge", "--config", str(config), "--older-than", "1s", timeout=900)
+            purge_seconds = time.monotonic() - started
+            load.phase = "after"
+            time.sleep(3)
+        size = db.stat().st_size / 2**20
+    print(f"purge: {done.stdout.strip()} in {purge_seconds:.1f} s (exit {done.returncode}) {done.stderr.strip()[-300:]}")
+    before, during = p99(load.samples["before"]), p99(load.samples["during"])
+    print(f"purge: fenced writes before {len(load.samples['before'])} p99 {before * 1000:.1f} ms; during "
+          f"{len(load.samples['during'])} p99 {during * 1000:.1f} ms ({during / before:.1f}x); failed calls "
+          f"{len(load.failures)} {load.failures[:2]}; file {size:.0f} MiB after")
 
 
 if __name__ == "__main__":

@@ -132,6 +132,7 @@ class Prober:
     def __init__(self, base: str) -> None:
         self.base = base
         self.slowest: dict[str, float] = {"/healthz": 0.0, "/readyz": 0.0}
+        self.samples: list[tuple[float, str, float]] = []  # (monotonic start, path, seconds)
         self.failures: list[Any] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -140,13 +141,21 @@ class Prober:
         with httpx.Client(timeout=10) as client:
             while not self._stop.is_set():
                 for path in self.slowest:
-                    started = time.perf_counter()
+                    started = time.monotonic()
                     response = client.get(self.base + path)
-                    took = time.perf_counter() - started
+                    took = time.monotonic() - started
                     self.slowest[path] = max(self.slowest[path], took)
+                    self.samples.append((started, path, took))
                     if response.status_code != 200:
                         self.failures.append((path, response.status_code))
                 self._stop.wait(0.05)
+
+    def slowest_between(self, start: float, end: float) -> dict[str, float]:
+        out = {path: 0.0 for path in self.slowest}
+        for at, path, took in self.samples:
+            if start <= at <= end:
+                out[path] = max(out[path], took)
+        return out
 
     def __enter__(self) -> "Prober":
         with httpx.Client(timeout=10) as client:  # warm up: a fresh process's first answers are slow
