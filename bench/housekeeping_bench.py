@@ -13,6 +13,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import shutil
 import sqlite3
 import sys
@@ -25,7 +27,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.operations.test_housekeeping import Prober, fill_fences  # noqa: E402
-from tests.support.gateway import run_gateway_cli, start_gateway, stdio_upstream, write_config  # noqa: E402
+from tests.support.gateway import (  # noqa: E402
+    http_upstream, run_gateway_cli, start_gateway, stdio_upstream, write_config,
+)
+from tests.support.processes import spawn_listening  # noqa: E402
+from tests.support.servers import REPO_ROOT  # noqa: E402
 from tests.tasks.tasks_support import HANDSHAKE, post  # noqa: E402
 
 
@@ -48,7 +54,7 @@ class Load:
     def _run(self) -> None:
         while not self._stop.is_set():
             key = f"load/{uuid.uuid4().hex}"
-            params = {"name": "s__slow_write", "arguments": {"seconds": 0, "label": key}}
+            params = {"name": "e__write", "arguments": {"text": key}}
             phase = self.phase
             started = time.perf_counter()
             status, message = post(self.url, "tools/call", params, era=HANDSHAKE, key=key)
@@ -134,13 +140,21 @@ def purge(root: Path, template: Path) -> None:
     purge_dir.mkdir()
     db = purge_dir / "gateway.db"
     shutil.copy(template, db)
+    # The upstream: bench/echo_server.py (`write`: a non-idempotent write answered at once), so
+    # the latency measured is the gateway's and its fence's.
+    lines: list[str] = []
+    echo, echo_url = spawn_listening([sys.executable, str(Path(__file__).with_name("echo_server.py")), "--port", "0"],
+                                     cwd=REPO_ROOT, env=dict(os.environ), name="echo", lines=lines, ready_timeout=30)
+    assert echo_url is not None, lines
     config = write_config(purge_dir, {
-        "upstreams": [stdio_upstream("s", "tasks_server", state_dir=purge_dir / "stdio",
-                                     tool_policies={"s__slow_write": {"effect": "non_idempotent_write"}})],
+        "upstreams": [http_upstream("e", echo_url)],
         "fences": {"store": f"sqlite:///{db}"},
         "tasks": {"enabled": False},
     })
-    with start_gateway(config) as gateway:
+    with contextlib.ExitStack() as stack:
+        stack.callback(echo.wait, 10)
+        stack.callback(echo.terminate)
+        gateway = stack.enter_context(start_gateway(config))
         assert post(gateway.url, "tools/list", {}, era=HANDSHAKE)[0] == 200
         with Load(gateway.url) as load:
             time.sleep(5)
