@@ -283,7 +283,8 @@ class SqliteFenceStore:
             if total:
                 await self._give_back(conn)
         finally:
-            await anyio.to_thread.run_sync(conn.close)
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(conn.close)
         return total
 
     def _housekeeping_connection(self) -> sqlite3.Connection:
