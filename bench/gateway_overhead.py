@@ -57,7 +57,9 @@ SCRATCH_LAUNCHER = (
     "import sys; d = sys.argv.pop(1); sys.path.insert(0, d); "
     "sys.meta_path[:] = [f for f in sys.meta_path if not getattr(f, '__module__', '').startswith('__editable__')]; "
     "import gateway; assert gateway.__file__.startswith(d), gateway.__file__; "
-    "from gateway.cli import main; sys.argv[0] = 'dex-gateway'; sys.exit(main())"
+    "import importlib; cli = importlib.import_module('gateway.cli'); "
+    "main = getattr(cli, 'main'); main = getattr(main, 'main', main); "  # gateway/cli/main.py, or an older gateway/cli.py
+    "sys.argv[0] = 'dex-gateway'; sys.exit(main())"
 )
 GOAL_THROUGHPUT_RATIO = 1.0
 GOAL_GATEWAY_CPU_MS = 0.4

@@ -1,0 +1,1 @@
+"""`dex-gateway`'s commands (`main.py`)."""

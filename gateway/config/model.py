@@ -226,6 +226,8 @@ class ConnectorsConfig(_Strict):
 class FencesConfig(_Strict):
     store: str = "sqlite:///./var/gateway.db"
     retention_hours: float = Field(24.0, gt=0)
+    # How often fences past retention are deleted (in short batches: docs/fences.md).
+    sweep_interval_seconds: float = Field(300.0, gt=0)
     # How long a pending fence's owner is trusted without renewal.
     lease_seconds: float = Field(15.0, gt=0)
     # How long a duplicate call waits for the first one before answering unknown.

@@ -64,9 +64,15 @@ class FenceStore(Protocol):
     async def sweep(self, cutoff: float) -> int:
         """Delete finished fences last updated before `cutoff` (Unix seconds) and pending
         fences whose lease ran out before it (abandoned for a whole retention period).
-        Live pending fences are never swept. Returns the number deleted."""
+        Live pending fences are never swept. Returns the number deleted. Deletes in short
+        batches found by the (state, updated_at) index, so fenced calls are never held up for
+        more than one batch, whatever the number of rows."""
 
-    async def stats(self) -> FenceStats: ...
+    async def ping(self) -> None:
+        """One cheap query: the store answers (readiness), whatever the number of fences."""
+
+    async def stats(self) -> FenceStats:
+        """Counts by state: a scan of the whole table, for the CLI (never on a request path)."""
 
     async def list_records(
         self, *, state: FenceState | None = None, principal: str | None = None, limit: int = 100

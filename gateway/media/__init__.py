@@ -10,5 +10,5 @@
     serving.py      GET /media/sha256/<hash> and resources/read of a media uri
     runtime.py      what the app's lifespan opens and closes
 
-Nothing is imported here, so `gateway.config` can parse a store URL without loading a store.
+Nothing is imported here, so the config can parse a store URL without loading a store.
 """

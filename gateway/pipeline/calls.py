@@ -175,6 +175,11 @@ class CallPipeline:
         except ValueError as exc:
             # The fingerprint needs canonical JSON; NaN or infinities have none.
             return rejected(f"The tool {route.name} was not run: its arguments are not valid JSON ({exc}).")
+        except self._fences.store.transient_errors:
+            # Busy past its timeout (a purge, another process's long write) or out of resources:
+            # nothing was claimed and nothing sent; the same key may be sent again as new.
+            logger.warning("tools/call %s: the fence store was busy or failing; not sent", route.name, exc_info=True)
+            return rejected(STORE_BUSY_TEXT)
         self._telemetry.fenced(route, decision)
         match decision:
             case Replay():
@@ -197,13 +202,19 @@ class CallPipeline:
                 await self._fences.release(ticket)  # nothing ran: the client changes its request
                 raise
             answer = dispatched.answer
-            if not dispatched.sent or answer.input_required is not None:
-                # Not the call's answer (never sent, or a round of questions): the key stays free.
-                await self._fences.release(ticket)
-            elif answer.outcome is Outcome.UNKNOWN:
-                await self._fences.mark_unknown(ticket, answer.to_wire())
-            else:
-                await self._fences.complete(ticket, answer.to_wire())
+            try:
+                if not dispatched.sent or answer.input_required is not None:
+                    # Not the call's answer (never sent, or a round of questions): the key stays free.
+                    await self._fences.release(ticket)
+                elif answer.outcome is Outcome.UNKNOWN:
+                    await self._fences.mark_unknown(ticket, answer.to_wire())
+                else:
+                    await self._fences.complete(ticket, answer.to_wire())
+            except self._fences.store.transient_errors:
+                # The answer is known, only not stored: give it to the client. The fence stays
+                # pending until its lease runs out; a retry is then answered by the fence rules.
+                logger.error("tools/call %s: the answer could not be stored in fence %s", route.name, ticket.fence_id,
+                             exc_info=True)
         return answer
 
     async def _dispatch(self, route: ToolRoute, call: ToolCall, *, fence_id: str | None, takeover: bool) -> Dispatched:
@@ -307,6 +318,10 @@ def forwardable_meta(meta: Mapping[str, Any]) -> dict[str, Any]:
 def scoped_key(principal: str, key: str) -> str:
     """The key an upstream sees for an authenticated principal: stable, distinct per principal."""
     return f"{hashlib.sha256(principal.encode('utf-8')).hexdigest()[:16]}/{key}"
+
+
+STORE_BUSY_TEXT = ("The gateway's store was busy; the call was not sent. Nothing was done: send it again with "
+                   "the same idempotency key.")
 
 
 def _never_sent(route: ToolRoute, reason: str) -> Answer:

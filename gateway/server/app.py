@@ -4,11 +4,13 @@ builds every resource from the config (stores, upstreams, caches) and closes it 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
+from functools import partial
 import logging
 import socket
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from datetime import timedelta
 
@@ -38,13 +40,14 @@ from ..http.hosts import HostOriginGuard, HostOriginPolicy
 from ..media.runtime import Media, open_media
 from ..media.serving import MediaEndpoint
 from .operations import Operations
-from ..protocol import SERVER_INFO
 from ..auth.scope import PrincipalScope
+from ..pipeline.limits import upstream_answer_cap
 from ..pipeline.subscriptions import ResourceWatch
+from ..protocol import SERVER_INFO
+from ..supervision import Supervisor
 from ..tasks import ObservedTaskStore, TaskRecord, Tasks
 from ..tasks.runtime import open_tasks_store, start_tasks, task_requests
 from ..telemetry import Telemetry
-from ..pipeline.limits import upstream_answer_cap
 from ..upstreams.listing import ListingCache, ListKind
 from ..upstreams.upstream import Upstream
 
@@ -71,10 +74,15 @@ class Runtime:
     # Every upstream has been asked for its tools once (reported by /readyz, not gated on:
     # one hung upstream must not take a replica out of rotation).
     catalog_listed: bool = False
+    supervisor: Supervisor = field(default_factory=Supervisor)
 
 
 class _RuntimeHolder:
     runtime: Runtime | None = None
+    started = False
+    # Why the runtime stopped while the process serves on (its lifespan ended unasked): /healthz
+    # then answers 503 so an orchestrator restarts the process.
+    failed: str | None = None
 
 
 def replica_id_for(config: GatewayConfig) -> str:
@@ -99,21 +107,42 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        stopped_on_request = False
+        try:
+            async with _runtime_running(app) as runtime:
+                yield
+                stopped_on_request = True
+        except BaseException as exc:
+            if holder.started and not stopped_on_request:
+                holder.failed = f"the gateway runtime stopped ({type(exc).__name__}); restart the process"
+                logger.critical("the gateway runtime stopped; /healthz now answers 503", exc_info=True)
+            raise
+        finally:
+            if holder.started and not stopped_on_request and holder.failed is None:
+                holder.failed = "the gateway runtime stopped; restart the process"
+
+    @contextlib.asynccontextmanager
+    async def _runtime_running(app: Starlette) -> AsyncIterator[Runtime]:
+        supervisor = Supervisor(ops.telemetry.metrics)
         async with (
             anyio.create_task_group() as tg, database, opened(open_fence_store(database)) as store, connectors,
             open_media(config.media, database) as media, open_tasks_store(config.tasks, database) as task_store,
         ):
             if config.connectors.dir:
                 await connectors.load_dir(config.connectors.dir)
-            runtime = await _build_runtime(config, tg, store, authenticator, connectors, media, task_store, ops=ops)
+            runtime = await _build_runtime(config, tg, store, authenticator, connectors, media, task_store, ops=ops,
+                                           supervisor=supervisor)
             holder.runtime = runtime
             app.state.runtime = runtime
+            holder.started = True
             try:
                 async with ops.running(), runtime.manager.run():
-                    tg.start_soon(runtime.fences.run_sweeper, timedelta(hours=config.fences.retention_hours))
-                    tg.start_soon(runtime.fences.run_renewer)
-                    tg.start_soon(_warm_up, runtime)
-                    yield
+                    retention = timedelta(hours=config.fences.retention_hours)
+                    tg.start_soon(supervisor.loop, "fence sweeper", lambda: runtime.fences.run_sweeper(
+                        retention, config.fences.sweep_interval_seconds))
+                    tg.start_soon(supervisor.loop, "fence lease renewer", runtime.fences.run_renewer)
+                    tg.start_soon(supervisor.once, "catalog warm-up", lambda: _warm_up(runtime))
+                    yield runtime
             finally:
                 holder.runtime = None
                 runtime.listen.close_all()
@@ -125,12 +154,16 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
     async def mcp_endpoint(scope: Scope, receive: Receive, send: Send) -> None:
         runtime = holder.runtime
         if runtime is None:
-            response = JSONResponse({"jsonrpc": "2.0", "id": None, "error": {"code": -32000, "message": "gateway is starting"}}, status_code=503)
+            message = "gateway is starting" if holder.failed is None else "the gateway stopped serving; nothing was done"
+            response = JSONResponse({"jsonrpc": "2.0", "id": None, "error": {"code": -32000, "message": message}}, status_code=503)
             await response(scope, receive, send)
             return
         await runtime.mcp_app(scope, receive, send)
 
     async def healthz(request: Request) -> JSONResponse:
+        # Liveness: 503 once the runtime stopped under a running server (restart the process).
+        if holder.failed is not None:
+            return JSONResponse({"status": "failed"}, status_code=503)
         return JSONResponse({"status": "ok"})
 
     async def readyz(request: Request) -> JSONResponse:
@@ -141,12 +174,12 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
             return JSONResponse({"status": why}, status_code=503)
         try:
             with anyio.fail_after(2):
-                await runtime.store.stats()
+                await runtime.store.ping()  # reachability, one cheap query: never a count of the table
         except Exception:  # noqa: BLE001 - readiness reports any failure as "not ready", never raises
             logger.warning("readiness: the fence store did not answer", exc_info=True)
             return JSONResponse({"status": "store unavailable"}, status_code=503)
         body: dict[str, Any] = {"status": "ready"}
-        if _may_see_detail(authenticator, request.headers.get("authorization")):
+        if _may_see_detail(authenticator, request):
             body.update(upstreams=list(runtime.upstreams), catalog_listed=runtime.catalog_listed)
             refused = {c.upstream.name: reasons for c in runtime.caches if (reasons := c.refusals())}
             if refused:
@@ -167,13 +200,20 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
     return app
 
 
-def _may_see_detail(authenticator: Authenticator, authorization: str | None) -> bool:
-    """Readiness detail (upstream names) only for a caller with a token, when any is configured."""
+def _may_see_detail(authenticator: Authenticator, request: Request) -> bool:
+    """Readiness detail (every upstream's name) only for the admin token, or for a loopback caller
+    when no credential is configured at all; an agent token (scoped to some upstreams) and anyone
+    else get the status alone."""
     if not authenticator.config.any_credential:
-        return True
-    return authenticator.is_admin(authorization) or (
-        bool(authenticator.config.tokens) and authenticator.principal(authorization) is not None
-    )
+        return request.client is not None and _is_loopback(request.client.host)
+    return authenticator.is_admin(request.headers.get("authorization"))
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 class _GatewayApp(Starlette):
@@ -224,7 +264,13 @@ async def _build_runtime(
     task_store: ObservedTaskStore | None = None,
     *,
     ops: Operations,
+    supervisor: Supervisor | None = None,
 ) -> Runtime:
+    supervisor = supervisor or Supervisor(ops.telemetry.metrics)
+
+    def spawn(work: str, fn: Callable[[], Awaitable[object]]) -> None:
+        tg.start_soon(supervisor.once, work, fn)
+
     fences = Fences(
         store,
         Owner.fresh(replica_id_for(config)),
@@ -243,23 +289,24 @@ async def _build_runtime(
 
         def tell_task_status(record: TaskRecord) -> None:
             if events.sessions.watches_task(record.task_id):  # none on a stateless front: nothing to do
-                tg.start_soon(events.task_saved, record)
+                spawn("task status notifier", partial(events.task_saved, record))
 
         task_store.listeners.append(tell_task_status)
     catalog = Catalog(caches, connectors, augment_tasks=task_store is not None and config.tasks.augment,
-                      on_lists_changed=lambda kinds: tg.start_soon(events.lists_changed, kinds), spawn=tg.start_soon)
+                      on_lists_changed=lambda kinds: spawn("list change notifier", partial(events.lists_changed, kinds)),
+                      spawn=tg.start_soon)
     ops.watch_catalog(lambda: catalog.rebuilds)
     watch = ResourceWatch(catalog, upstreams)
-    events.sessions.on_release(watch.release, spawn=tg.start_soon)
+    events.sessions.on_release(watch.release, spawn=lambda fn: spawn("subscription release", fn))
     for upstream in upstreams.values():
-        upstream.resource_listeners.append(lambda uri: tg.start_soon(events.resource_updated, uri))
+        upstream.resource_listeners.append(lambda uri: spawn("resource notifier", partial(events.resource_updated, uri)))
     scope = PrincipalScope(config.auth)
     pipeline = CallPipeline(
         catalog, upstreams, fences, scope, max_result_bytes=config.server.max_result_bytes, media=media.stage,
         upstream_tasks=task_requests(config.tasks), telemetry=CallTelemetry.of(ops.telemetry), limits=ops.limits,
     )
     tasks = start_tasks(config.tasks, task_store, tg, pipeline=pipeline, catalog=catalog, scope=scope, fences=fences,
-                        upstreams=upstreams, server_info=SERVER_INFO)
+                        upstreams=upstreams, server_info=SERVER_INFO, supervisor=supervisor)
     front = build_front(config, authenticator, catalog, pipeline, upstreams, scope, events, watch, media.reader, tasks,
                         telemetry=ops.telemetry, parking=Parking(tg))
     ops.drain.watch_streams(front.listen)
@@ -267,7 +314,7 @@ async def _build_runtime(
     async def connectors_changed() -> None:
         catalog.refresh_routes()
 
-    tg.start_soon(connectors.watch, connectors_changed)
+    tg.start_soon(supervisor.loop, "connector registry watch", lambda: connectors.watch(connectors_changed))
     return Runtime(
         config=config,
         task_group=tg,
@@ -282,6 +329,7 @@ async def _build_runtime(
         media=media,
         listen=front.listen,
         tasks=tasks,
+        supervisor=supervisor,
     )
 
 

@@ -20,6 +20,7 @@ from .observed import ObservedTaskStore
 from .records import TaskRecord, TaskStatus
 from .requests import TaskRequests
 from .service import TaskSettings, Tasks
-from .store import TaskStore, open_task_store
+from .store import TaskStore
+from .stores import open_task_store
 
 __all__ = ["ObservedTaskStore", "TaskJobs", "TaskRecord", "TaskRequests", "TaskSettings", "TaskStatus", "TaskStore", "Tasks", "open_task_store"]

@@ -19,7 +19,8 @@ import anyio
 from ..config.model import load_config
 from ..storage.database import Database, opened
 from .records import TaskRecord, TaskStatus, iso
-from .store import TaskStore, open_task_store
+from .store import TaskStore
+from .stores import open_task_store
 from .transitions import cancelled_error, change
 
 __all__ = ["cancel_task", "configure_parser"]

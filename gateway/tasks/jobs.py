@@ -22,6 +22,7 @@ from anyio.abc import TaskGroup
 from ..conventions.answers import Answer
 from ..pipeline.ratelimits import RATE_LIMITED
 from ..fences.records import Owner
+from ..supervision import Supervisor
 from .records import TaskRecord, TaskStatus
 from ..pipeline.task_sink import UpstreamTaskSink
 from .store import TaskStore
@@ -30,6 +31,10 @@ from .transitions import change, finish, lose
 __all__ = ["Job", "RecordSink", "TaskJobs"]
 
 logger = logging.getLogger(__name__)
+
+# How long a job keeps trying to write its end to a failing store (busy, out of file descriptors)
+# before it leaves the task to the lost-task rule (its lease then runs out: service.py `_check`).
+END_WRITE_SECONDS = 120.0
 
 # What a job runs: the call's answer, and the JSON-RPC error when an upstream task failed.
 Job = Callable[[], Awaitable[tuple[Answer, dict[str, Any] | None]]]
@@ -83,9 +88,11 @@ class RecordSink(UpstreamTaskSink):
 
 class TaskJobs:
     def __init__(self, store: TaskStore, owner: Owner, task_group: TaskGroup, *, lease_seconds: float,
-                 clock: Callable[[], float], max_held_bytes: int | None = None) -> None:
+                 clock: Callable[[], float], max_held_bytes: int | None = None,
+                 supervisor: Supervisor | None = None) -> None:
         self.store = store
         self._max_held_bytes = max_held_bytes
+        self.supervisor = supervisor or Supervisor()
         self.owner = owner
         self.lease_seconds = lease_seconds
         self._task_group = task_group
@@ -98,7 +105,7 @@ class TaskJobs:
     def start(self, task_id: str, job: Job) -> None:
         scope = anyio.CancelScope()
         self._running[task_id] = scope
-        self._task_group.start_soon(self._run, task_id, job, scope)
+        self._task_group.start_soon(self.supervisor.once, "task job", lambda: self._run(task_id, job, scope))
 
     def cancel_local(self, task_id: str) -> bool:
         scope = self._running.get(task_id)
@@ -115,22 +122,28 @@ class TaskJobs:
                 except Exception:  # noqa: BLE001 - a gateway bug must end the task, not leave it working
                     logger.exception("task %s: the call failed inside the gateway", task_id)
                     outcome = (Answer.error_text("The call failed inside the gateway; see the gateway log."), None)
+            if outcome is None:
+                return  # cancelled: the canceller wrote the task's status
+            with anyio.CancelScope(shield=True):
+                try:
+                    outcome = await self._within_budget(task_id, *outcome)
+                except Exception:  # noqa: BLE001 - the store failed: the task still ends, with its result
+                    logger.warning("task %s: its principal's stored results could not be counted", task_id, exc_info=True)
+            ended, expired = finish(*outcome), lose("its time to live ran out")
+
+            def step(record: TaskRecord) -> TaskRecord | None:
+                return expired(record) if record.expired(self._clock()) else ended(record)
+
+            async def write_end() -> None:
+                await change(self.store, task_id, step, clock=self._clock)
+
+            # Still listed as running meanwhile: the keeper renews its lease, so no replica calls
+            # it lost while its answer waits for the store.
+            with anyio.CancelScope(shield=True):
+                if not await self.supervisor.retry("task end", write_end, give_up_after=END_WRITE_SECONDS):
+                    logger.error("task %s: its end could not be stored; it ends by the lost-task rule", task_id)
         finally:
             self._running.pop(task_id, None)
-        if outcome is None:
-            return  # cancelled: the canceller wrote the task's status
-        with anyio.CancelScope(shield=True):
-            try:
-                outcome = await self._within_budget(task_id, *outcome)
-            except Exception:  # noqa: BLE001 - the store failed: the task still ends, with its result
-                logger.warning("task %s: its principal's stored results could not be counted", task_id, exc_info=True)
-        ended, expired = finish(*outcome), lose("its time to live ran out")
-
-        def step(record: TaskRecord) -> TaskRecord | None:
-            return expired(record) if record.expired(self._clock()) else ended(record)
-
-        with anyio.CancelScope(shield=True):
-            await change(self.store, task_id, step, clock=self._clock)
 
     async def _within_budget(self, task_id: str, answer: Answer,
                              error: dict[str, Any] | None) -> tuple[Answer, dict[str, Any] | None]:

@@ -16,13 +16,15 @@ from ..config.model import TasksConfig
 from ..storage.database import Database, opened
 from ..fences import Fences
 from ..auth.scope import PrincipalScope
+from ..supervision import Supervisor
 from ..upstreams.upstream import Upstream
 from .jobs import TaskJobs
 from .requests import TaskRequests
 from .creation import TaskParts
 from .service import TaskSettings, Tasks
 from .observed import ObservedTaskStore
-from .store import TaskStore, open_task_store
+from .store import TaskStore
+from .stores import open_task_store
 
 __all__ = ["open_tasks_store", "start_tasks", "task_requests"]
 
@@ -48,12 +50,13 @@ def task_requests(config: TasksConfig) -> TaskRequests | None:
 
 def start_tasks(config: TasksConfig, store: TaskStore | None, tg: TaskGroup, *, pipeline: CallPipeline,
                 catalog: Catalog, scope: PrincipalScope, fences: Fences, upstreams: Mapping[str, Upstream],
-                server_info: Mapping[str, Any]) -> Tasks | None:
+                server_info: Mapping[str, Any], supervisor: Supervisor | None = None) -> Tasks | None:
     """The tasks service, its lease keeper and sweeper running in `tg` (None when tasks are off)."""
     if store is None:
         return None
+    supervisor = supervisor or Supervisor()
     jobs = TaskJobs(store, fences.owner, tg, lease_seconds=fences.lease_seconds, clock=time.time,
-                    max_held_bytes=config.max_result_bytes_per_principal)
+                    max_held_bytes=config.max_result_bytes_per_principal, supervisor=supervisor)
     settings = TaskSettings(
         augment=config.augment,
         default_ttl_ms=int(config.default_ttl_seconds * 1000),
@@ -64,6 +67,6 @@ def start_tasks(config: TasksConfig, store: TaskStore | None, tg: TaskGroup, *, 
         max_result_bytes_per_principal=config.max_result_bytes_per_principal,
     )
     tasks = Tasks(TaskParts(store, pipeline, catalog, scope, fences, upstreams, jobs, settings, server_info, time.time))
-    tg.start_soon(jobs.run_keeper)
-    tg.start_soon(tasks.run_sweeper, config.sweep_interval_seconds)
+    tg.start_soon(supervisor.loop, "task lease keeper", jobs.run_keeper)
+    tg.start_soon(supervisor.loop, "task sweeper", lambda: tasks.run_sweeper(config.sweep_interval_seconds))
     return tasks

@@ -1,4 +1,4 @@
-"""The task store contract, and `open_task_store` that picks the backend for the gateway's database.
+"""The task store contract (the backends and `open_task_store`, which picks one: `stores/`).
 
 The tasks live in the fence store's database (`fences.store`): the SQLite file, or the PostgreSQL
 schema on the shared pool, so every replica sees every task. Writes are compare-and-set on the
@@ -14,10 +14,9 @@ import builtins
 
 from typing import Protocol
 
-from ..storage.database import Database
 from .records import TaskRecord, TaskStatus
 
-__all__ = ["SCHEMA_VERSION", "TASKS_TABLE", "TaskStore", "open_task_store"]
+__all__ = ["SCHEMA_VERSION", "TASKS_TABLE", "TaskStore"]
 
 SCHEMA_VERSION = 1
 TASKS_TABLE = "dex_tasks"
@@ -52,20 +51,3 @@ class TaskStore(Protocol):
 
     async def held_bytes(self, principal: str) -> int:
         """The bytes of stored results and errors (their JSON text, UTF-8) of the principal's tasks."""
-
-
-def open_task_store(database: Database) -> TaskStore:
-    """The tasks tables in the gateway's database (not yet opened)."""
-    if database.scheme == "memory":
-        from .stores.memory import MemoryTaskStore
-
-        return MemoryTaskStore()
-    if database.scheme == "sqlite":
-        from .stores.sqlite import SqliteTaskStore
-
-        return SqliteTaskStore.from_url(database.url)
-    if database.scheme == "postgresql":
-        from .stores.postgres import PostgresTaskStore
-
-        return PostgresTaskStore(database)
-    raise ValueError(f"unsupported database URL scheme {database.scheme!r}")

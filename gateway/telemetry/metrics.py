@@ -114,6 +114,10 @@ class GatewayMetrics:
             "progress (coalesced) and log notifications of calls not delivered to a slow client, by upstream and kind",
             ["upstream", "kind"], registry=registry,
         )
+        self.background_failures = Counter(
+            "dex_gateway_background_failures", "failures of background work (task jobs, sweepers, notifiers), logged and retried",
+            ["work"], registry=registry,
+        )
         self._runtime: _Runtime | None = None
         self._catalog: _Catalog | None = None
 
@@ -125,6 +129,10 @@ class GatewayMetrics:
             counter.labels(upstream, kind).inc()
 
         return dropped
+
+    def background_failed(self, work: str) -> None:
+        """`work` is a fixed name from the code (gateway/supervision.py), never client input."""
+        self.background_failures.labels(work).inc()
 
     def watch_upstreams(self, source: Callable[[], Iterable[UpstreamState]]) -> None:
         """Report upstream health and listing age from `source` at every scrape."""

@@ -18,19 +18,20 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 from anyio.abc import TaskGroup
 
 from ..errors import TransportError, UpstreamError, UpstreamRpcError
-from .events import listen_filter, route_event
+from .events import UpstreamEvents, listen_filter, route_event
 from .sse import StreamCursor, read_events
 from .transport import HttpRequest
 
 if TYPE_CHECKING:
-    from .http import HttpConnection
     from .http_wire import Era
+    from .relay import CallRelay
+    from .transport import HttpTransport
 
 __all__ = ["EventStreams"]
 
@@ -40,8 +41,29 @@ _MAX_BACKOFF = 30.0
 _NO_ANSWER_ID = -1  # the standalone stream answers none of our requests
 
 
+class StreamOwner(Protocol):
+    """What the event streams use of their connection (`HttpConnection`): its wire and its state."""
+
+    name: str
+    url: str
+    transport: "HttpTransport"
+    events: UpstreamEvents
+    closed: bool
+    server_capabilities: dict[str, Any]
+    watched: frozenset[str]
+
+    def base_headers(self, era: "Era") -> dict[str, str]: ...
+
+    def only_call_relay(self) -> "CallRelay | None": ...
+
+    async def answer_later(self, era: "Era", message: dict[str, Any], relay: "CallRelay | None",
+                           tasks: TaskGroup) -> None: ...
+
+    async def listen(self, era: "Era", notifications: dict[str, Any]) -> None: ...
+
+
 class EventStreams:
-    def __init__(self, connection: "HttpConnection", task_group: TaskGroup) -> None:
+    def __init__(self, connection: StreamOwner, task_group: TaskGroup) -> None:
         self._conn = connection
         self._tg = task_group
         self._scope: anyio.CancelScope | None = None

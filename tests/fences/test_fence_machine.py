@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -330,6 +332,28 @@ async def test_sweep_and_retention(any_url: str, clock: FakeClock) -> None:
         assert await store.get(live.ticket.fence_id) is not None
         # After retention a retry is a new call.
         assert isinstance(await begin(f, "old-done"), Proceed)
+
+
+async def test_sweep_deletes_batch_after_batch_and_keeps_the_live(any_url: str, clock: FakeClock) -> None:
+    """More old fences than several batches (500 on SQLite, 2,000 on PostgreSQL): all swept,
+    the fresh and the live pending kept."""
+    async with opened(any_url) as store:
+        f = fences(store, clock)
+        for n in range(4_500):
+            await f.settle(principal="alice", key=f"old-{n}", tool="pay", arguments={"n": n}, effect=Effect.NON_IDEMPOTENT_WRITE,
+                           answer=ANSWER)
+        abandoned = [await begin(f, f"abandoned-{n}") for n in range(3)]
+        clock.advance(25 * 3600)
+        fresh = await begin(f, "fresh")
+        await f.complete(fresh.ticket, ANSWER)
+        live = await begin(f, "live")
+        assert await f.sweep_once(timedelta(hours=24)) == 4_503
+        assert all([await store.get(r.ticket.fence_id) is None for r in abandoned])
+        assert (await store.stats()).total == 2
+        assert await store.get(live.ticket.fence_id) is not None
+    if any_url.startswith("sqlite:///"):  # the freed pages went back to the file system
+        with contextlib.closing(sqlite3.connect(any_url.removeprefix("sqlite:///"))) as conn:
+            assert conn.execute("PRAGMA freelist_count").fetchone()[0] == 0
 
 
 async def test_run_sweeper_sweeps_in_the_background(any_url: str, clock: FakeClock) -> None:

@@ -31,7 +31,7 @@ GATEWAY_BIN = Path(sys.executable).parent / "dex-gateway"
 
 
 def gateway_argv(*args: str) -> list[str]:
-    """argv of the `dex-gateway` console script of this venv (falls back to `-m gateway.cli`)."""
+    """argv of the `dex-gateway` console script of this venv (falls back to `-m gateway.cli.main`)."""
     if GATEWAY_BIN.exists():
         return [str(GATEWAY_BIN), *args]
     return [sys.executable, "-m", "gateway.cli.main", *args]

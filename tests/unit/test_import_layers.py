@@ -25,8 +25,8 @@ LAYERS: dict[str, list[str]] = {
         "protocol",        # the gateway's name and version on the wire
         "name_header",     # the Mcp-Name header rule (front and upstreams)
         "conventions",     # the Dex conventions: effects, keys, outcomes, answers, the checker
-        "config",          # gateway.yaml: the model, YAML with line numbers, env overrides
         "storage",         # databases, store URLs, private files
+        "config",          # gateway.yaml: the model, YAML with line numbers, env overrides
         "supervision",     # background work that is logged, counted and restarted
         "telemetry",       # tracing and metrics
         "auth",            # principals and their scope

@@ -107,6 +107,9 @@ class MemoryFenceStore:
             del self._records[fid]
         return len(doomed)
 
+    async def ping(self) -> None:
+        return None
+
     async def stats(self) -> FenceStats:
         recs = list(self._records.values())
         updated = [r.updated_at for r in recs]

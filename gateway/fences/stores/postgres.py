@@ -28,6 +28,7 @@ from ...storage.database import Database, PoolLease
 from ..records import COLUMNS, FenceRecord, FenceState, FenceStats, Owner, dump_answer, record_from_row, record_to_row
 
 SCHEMA_VERSION = 1
+SWEEP_BATCH_ROWS = 2000  # rows deleted per statement by a sweep or purge
 _COLS = ", ".join(COLUMNS)
 
 
@@ -203,11 +204,22 @@ class PostgresFenceStore:
         return self._one(status)
 
     async def sweep(self, cutoff: float) -> int:
-        status = await self.pool.execute(
-            f"DELETE FROM {self._t} WHERE (state <> 'pending' AND updated_at < $1) OR (state = 'pending' AND lease_until < $1)",
-            cutoff,
-        )
-        return int(status.rsplit(" ", 1)[-1])
+        # Short batches by the (state, updated_at) index: no long transaction holding row locks
+        # and a growing WAL; a pending fence's lease ends after its last update, so the index
+        # finds the abandoned ones too.
+        total = 0
+        for state, extra in (("done", ""), ("unknown", ""), ("pending", " AND lease_until < $1")):
+            sql = (f"DELETE FROM {self._t} WHERE fence_id IN (SELECT fence_id FROM {self._t}"
+                   f" WHERE state = '{state}' AND updated_at < $1{extra} LIMIT $2)")
+            while True:
+                deleted = int((await self.pool.execute(sql, cutoff, SWEEP_BATCH_ROWS)).rsplit(" ", 1)[-1])
+                total += deleted
+                if deleted < SWEEP_BATCH_ROWS:
+                    break
+        return total
+
+    async def ping(self) -> None:
+        await self.pool.fetchval(f"SELECT 1 FROM {self._t} LIMIT 1")
 
     async def stats(self) -> FenceStats:
         async with self.pool.acquire() as conn:

@@ -47,6 +47,16 @@ _HELD = "fence_id = ? AND state = 'pending' AND owner_replica = ? AND owner_boot
 
 T = TypeVar("T")
 
+# Rows deleted per write transaction by a sweep or purge (a few ms of write lock each).
+SWEEP_BATCH_ROWS = 500
+# Free pages given back to the file system per transaction after a sweep (4 MiB of 4 KiB pages).
+VACUUM_PAGES = 1000
+_SWEEPS = tuple(
+    f"DELETE FROM fences WHERE fence_id IN (SELECT fence_id FROM fences WHERE state = '{state}' AND updated_at < ?1"
+    f"{extra} LIMIT ?2)"
+    for state, extra in (("done", ""), ("unknown", ""), ("pending", " AND lease_until < ?1"))
+)
+
 _SCHEMA_V1 = """
 CREATE TABLE IF NOT EXISTS fences (
     fence_id      TEXT PRIMARY KEY,
@@ -111,6 +121,9 @@ class SqliteFenceStore:
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=sqlite_wait_ms / 1000)
         try:
             conn.execute(f"PRAGMA busy_timeout = {sqlite_wait_ms}")
+            # A new file gives the pages its sweeps free back to the file system (`sweep`); on an
+            # existing file it takes effect at the next VACUUM (docs/fences.md).
+            conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise RuntimeError(f"could not put {self.path} in WAL mode (got {mode!r})")
@@ -178,7 +191,7 @@ class SqliteFenceStore:
                 if not _is_busy(exc) or time.monotonic() > deadline:
                     raise
             await anyio.sleep(delay)
-            delay = min(delay * 2, 0.05)
+            delay = min(delay * 2, 0.01)
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -249,11 +262,56 @@ class SqliteFenceStore:
         return await self._run(lambda: self._update(sql, params))
 
     async def sweep(self, cutoff: float) -> int:
-        sql = (
-            "DELETE FROM fences WHERE (state != 'pending' AND updated_at < ?)"
-            " OR (state = 'pending' AND lease_until < ?)"
-        )
-        return await self._run(lambda: self._write(lambda c: c.execute(sql, (cutoff, cutoff)).rowcount))
+        """In batches of `SWEEP_BATCH_ROWS` found by the (state, updated_at) index, each its own
+        short write transaction on a connection of its own in a worker thread (never on the event
+        loop); after each batch it rests as long as the batch took, so calls waiting for the write
+        lock get it between batches. A pending fence's lease ends after its last update, so
+        `lease_until < cutoff` implies `updated_at < cutoff`: the index finds those too."""
+        if self._conn is None:
+            raise StoreError("the SQLite fence store is not open")
+        total = 0
+        conn = await anyio.to_thread.run_sync(self._housekeeping_connection)
+        try:
+            for sql in _SWEEPS:
+                while True:
+                    started = time.monotonic()
+                    deleted = await anyio.to_thread.run_sync(self._sweep_batch, conn, sql, cutoff)
+                    total += deleted
+                    if deleted < SWEEP_BATCH_ROWS:
+                        break
+                    await anyio.sleep(max(time.monotonic() - started, 0.005))
+            if total:
+                await self._give_back(conn)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(conn.close)
+        return total
+
+    def _housekeeping_connection(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=self.busy_timeout_ms / 1000)
+        conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+        conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+        return conn
+
+    async def _give_back(self, conn: sqlite3.Connection) -> None:
+        """Return the pages the sweep freed to the file system, `VACUUM_PAGES` at a time, when the
+        file is in incremental auto-vacuum mode (new files are; older ones after one VACUUM)."""
+        if (await anyio.to_thread.run_sync(lambda: conn.execute("PRAGMA auto_vacuum").fetchone()[0])) != 2:
+            return
+        while (await anyio.to_thread.run_sync(lambda: conn.execute("PRAGMA freelist_count").fetchone()[0])) > 0:
+            started = time.monotonic()
+            # Its own transaction; executescript steps the pragma to its end (execute() frees one page).
+            await anyio.to_thread.run_sync(lambda: conn.executescript(f"PRAGMA incremental_vacuum({VACUUM_PAGES});"))
+            await anyio.sleep(max(time.monotonic() - started, 0.005))
+        await anyio.to_thread.run_sync(lambda: conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall())
+
+    @staticmethod
+    def _sweep_batch(conn: sqlite3.Connection, sql: str, cutoff: float) -> int:
+        return write_transaction(conn, lambda c: c.execute(sql, (cutoff, SWEEP_BATCH_ROWS)).rowcount)
+
+    async def ping(self) -> None:
+        """One indexed probe: the file is open and readable (no scan, whatever its size)."""
+        await self._run(lambda: self._connection().execute("SELECT 1 FROM fences LIMIT 1").fetchall())
 
     async def stats(self) -> FenceStats:
         def op() -> FenceStats:
