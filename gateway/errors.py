@@ -8,7 +8,13 @@ results (never a stack trace), and the call pipeline turns upstream failures int
     ├── StoreError                a fence or registration store cannot be used
     ├── RequestError              the client's request is wrong: a JSON-RPC error (code, message)
     │   ├── UnknownToolError      a tool name the principal cannot reach
-    │   └── UpstreamRefusedRequest  the upstream refused the request itself (passed on as it said)
+    │   ├── UpstreamRefusedRequest  the upstream refused the request itself (passed on as it said)
+    │   ├── RateLimited           a principal's or upstream's rate limit (-32029): nothing was sent
+    │   └── TaskBudgetExceeded    the principal's stored task results fill their budget (-32029)
+    ├── RelayRefused              the calling client cannot answer an upstream's question (sent upstream)
+    ├── InputNotProvided          the upstream needs input the calling client cannot give
+    ├── InvalidResult             an upstream result breaks the MCP schema (names where)
+    ├── SessionLost               the upstream answered 404 for our session id: handshake again
     ├── UpstreamError             talking to an upstream MCP server failed
     │   ├── UpstreamNotSent       provably never sent: safe to send again
     │   ├── UpstreamInterrupted   may have been sent, no usable answer
@@ -31,9 +37,24 @@ rest of the gateway sees only the Upstream* errors.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-from mcp_types import INVALID_PARAMS
+from mcp_types import INVALID_PARAMS, METHOD_NOT_FOUND
+
+__all__ = [
+    "UNAUTHORIZED", "RATE_LIMITED", "DRAINING", "GatewayError", "ConfigError", "UpstreamError",
+    "UpstreamNotSent", "UpstreamInterrupted", "UpstreamAnswerTooLarge", "UpstreamListingRefused",
+    "UpstreamRpcError", "StoreError", "MediaError", "InvalidImage", "MediaStoreError", "RequestError",
+    "UnknownToolError", "UpstreamRefusedRequest", "RateLimited", "TaskBudgetExceeded", "RelayRefused",
+    "InputNotProvided", "InvalidResult", "SessionLost", "TransportError", "RequestNotSent",
+    "LocalLimitReached", "RequestMaybeSent", "ResponseTooLarge",
+]
+
+# The gateway's own JSON-RPC error codes (the spec's are in mcp_types).
+UNAUTHORIZED = -32000  # no or an unknown credential (HTTP 401)
+RATE_LIMITED = -32029  # a rate limit or a budget: nothing was sent
+DRAINING = -32030  # the process is draining: nothing was done, send it elsewhere
 
 
 class GatewayError(Exception):
@@ -127,6 +148,65 @@ class UpstreamRefusedRequest(RequestError):
     """The upstream refused the client's request itself, before running anything: a capability the
     client did not declare (-32021), or a bad round of a multi-round-trip call (an answer or a
     `requestState` it rejects). The client gets that JSON-RPC error, as from the server directly."""
+
+
+class RateLimited(RequestError):
+    """A rate limit held the call back (`pipeline/ratelimits.py`): nothing was sent."""
+
+    def __init__(self, kind: str, name: str, per_second: float, capacity: float, retry_after: float) -> None:
+        wait = math.ceil(max(retry_after, 0.001) * 10) / 10  # up, to a tenth of a second
+        who = f"the principal {name!r} may make" if kind == "principal" else f"the upstream {name!r} takes at most"
+        message = (
+            f"Rate limited: {who} {per_second:g} tools/call per second (bursts of "
+            f"{capacity:g}). The call was not sent; retry after {wait:g} s."
+        )
+        super().__init__(RATE_LIMITED, message, {"retryAfterSeconds": wait, "limit": kind, "name": name, "sent": False})
+        self.retry_after = wait
+
+
+class TaskBudgetExceeded(RequestError):
+    """The principal's stored task results fill `tasks.max_result_bytes_per_principal`: no new task."""
+
+    def __init__(self, principal: str, held: int, limit: int) -> None:
+        super().__init__(RATE_LIMITED, (
+            f"Task refused: the principal {principal!r} holds {held} bytes of task results, and "
+            f"tasks.max_result_bytes_per_principal allows {limit} bytes. The call was not sent; retry when older "
+            "tasks have expired (at their ttl)."
+        ), {"limit": "tasks.max_result_bytes_per_principal", "maxBytes": limit, "heldBytes": held, "sent": False})
+
+
+class RelayRefused(GatewayError):
+    """The calling client cannot answer a server-to-client request; sent upstream as an error."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+    @classmethod
+    def no_session(cls, method: str) -> "RelayRefused":
+        """A client served statelessly has no channel for requests from the server."""
+        return cls(
+            METHOD_NOT_FOUND,
+            f"{method} needs a live session with the client; the gateway serves this client statelessly",
+        )
+
+
+class InputNotProvided(GatewayError):
+    """The upstream needs input that the calling client cannot give (the text says why)."""
+
+    def __init__(self, methods: list[str], reason: str) -> None:
+        self.methods = methods
+        self.reason = reason
+        super().__init__(f"the upstream asked for {', '.join(methods) or 'input'}: {reason}")
+
+
+class InvalidResult(GatewayError, ValueError):
+    """The result breaks the MCP schema; the message says where (e.g. `content[2].text`)."""
+
+
+class SessionLost(GatewayError):
+    """The upstream answered 404 for our session id: it restarted or expired the session."""
 
 
 class TransportError(GatewayError):

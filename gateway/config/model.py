@@ -20,6 +20,13 @@ from .grants import check_env_name, check_module_prefix, parse_host_entry
 from ..storage.media_urls import parse_media_store_url
 from .yaml_source import SourceError, SourcedDocument, dotted, expand_env, load_file, load_yaml
 
+__all__ = [
+    "CONFIG_ENV_VAR", "DEFAULT_CONFIG_PATH", "AuthConfig", "ConnectorsConfig", "FencesConfig",
+    "GatewayConfig", "HttpUpstreamConfig", "MediaConfig", "RootConfig", "ServerConfig",
+    "StdioUpstreamConfig", "TasksConfig", "TokenConfig", "ToolPolicyConfig", "UpstreamConfig",
+    "config_from_text", "is_loopback_host", "load_config", "parse_config", "with_server_overrides",
+]
+
 
 DEFAULT_CONFIG_PATH = "config/gateway.yaml"
 CONFIG_ENV_VAR = "DEX_GATEWAY_CONFIG"

@@ -29,8 +29,8 @@ import anyio
 from anyio.abc import TaskGroup
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 
-from ..errors import RequestError
-from ..upstreams.relay import CAPABILITY_OF, CallRelay, RelayRefused
+from ..errors import RelayRefused, RequestError
+from ..upstreams.relay import CAPABILITY_OF, CallRelay
 
 __all__ = ["PARKED_STATE_PREFIX", "Parking"]
 

@@ -24,7 +24,8 @@ from mcp.shared.message import ServerMessageMetadata
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, LOG_LEVEL_META_KEY, METHOD_NOT_FOUND
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ..upstreams.relay import ASKING_CAPABILITIES, RelayRefused
+from ..errors import RelayRefused
+from ..upstreams.relay import ASKING_CAPABILITIES
 from .sessions import Sessions, level_allows
 from .wire import is_modern
 

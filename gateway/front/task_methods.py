@@ -13,12 +13,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from mcp_types import INVALID_PARAMS, METHOD_NOT_FOUND
+from mcp_types import INVALID_PARAMS, METHOD_NOT_FOUND, MISSING_REQUIRED_CLIENT_CAPABILITY
 
 from ..errors import RequestError
 from ..name_header import name_mismatch
 from ..tasks import Tasks
-from ..tasks.service import MISSING_CAPABILITY
 from ..tasks.wire import TASKS_EXTENSION, client_takes_tasks
 
 __all__ = ["TASK_METHODS", "answer_task_method"]
@@ -45,7 +44,7 @@ async def answer_task_method(
         if mismatch is not None:
             raise mismatch
         if not client_takes_tasks(params.get("_meta")):
-            raise RequestError(MISSING_CAPABILITY, f"{method} needs the {TASKS_EXTENSION} extension in the request's "
+            raise RequestError(MISSING_REQUIRED_CLIENT_CAPABILITY, f"{method} needs the {TASKS_EXTENSION} extension in the request's "
                                "client capabilities", {"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}})
     if not isinstance(task_id, str) or not task_id:
         raise RequestError(INVALID_PARAMS, f"{method}: params.taskId must be a non-empty string")

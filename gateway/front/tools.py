@@ -17,12 +17,12 @@ from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 from ..pipeline.calls import CallPipeline, ToolCall
 from ..pipeline.catalog import Catalog
 from ..conventions.answers import Answer
-from ..errors import RequestError
+from ..errors import InputNotProvided, RequestError
 from ..upstreams.relay import CallRelay
 from ..auth.scope import PrincipalScope
 from ..tasks import Tasks
 from ..tasks.wire import client_takes_tasks
-from ..upstreams.input_rounds import InputNotProvided, asked_methods, not_provided_text, round_params
+from ..upstreams.input_rounds import asked_methods, not_provided_text, round_params
 from .parking import Parking
 from .wire import encode_message, list_result, result_wire, tool_result
 

@@ -20,13 +20,13 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..config.model import AuthConfig, TokenConfig
 from ..auth.principals import ANONYMOUS, PRINCIPAL_SCOPE_KEY
+from ..errors import UNAUTHORIZED
 from .asgi import header, refuse
 
 __all__ = ["Authenticator", "BearerAuth", "sha256_hex"]
 
 # JSON-RPC has no code for "unauthorized" and mcp_types names none: -32000 is the first of the
 # implementation-defined server errors; the HTTP status (401) is what clients act on.
-_UNAUTHORIZED = -32000
 
 
 def sha256_hex(token: str) -> str:
@@ -104,7 +104,7 @@ class BearerAuth:
                 await refuse(
                     send,
                     401,
-                    _UNAUTHORIZED,
+                    UNAUTHORIZED,
                     "Unauthorized: send 'Authorization: Bearer <token>' with a token configured in auth.tokens",
                     [(b"www-authenticate", b'Bearer realm="dex-mcp-gateway"')],
                 )

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from mcp_types import INVALID_REQUEST
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ..errors import UNAUTHORIZED
 from .asgi import header, refuse
 from .auth import Authenticator
 from .hosts import HostOriginGuard, HostOriginPolicy
@@ -24,7 +25,6 @@ from ..telemetry.metrics import CONTENT_TYPE, GatewayMetrics
 
 __all__ = ["MetricsEndpoint", "metrics_endpoint"]
 
-_UNAUTHORIZED = -32000
 
 
 class MetricsEndpoint:
@@ -39,7 +39,7 @@ class MetricsEndpoint:
             return
         if self._auth.enabled and not self._allowed(header(scope, b"authorization")):
             await refuse(
-                send, 401, _UNAUTHORIZED, "/metrics needs the admin token or the metrics token (telemetry.metrics_token_sha256)",
+                send, 401, UNAUTHORIZED, "/metrics needs the admin token or the metrics token (telemetry.metrics_token_sha256)",
                 extra_headers=[(b"www-authenticate", b'Bearer realm="dex-gateway metrics"')],
             )
             return

@@ -38,6 +38,8 @@ from ..conventions.outcomes import (
     unknown,
 )
 from ..errors import (
+    InputNotProvided,
+    InvalidResult,
     UnknownToolError,
     UpstreamAnswerTooLarge,
     UpstreamError,
@@ -54,13 +56,18 @@ from ..auth.principals import ANONYMOUS
 from .ratelimits import NO_LIMITS, RateLimits
 from ..upstreams.relay import CallRelay
 from ..auth.scope import PrincipalScope
-from ..upstreams.input_rounds import ROUND_KEYS, InputNotProvided, answer_rounds, not_provided_text
-from ..upstreams.results import InvalidResult, answer_from_result
+from ..upstreams.input_rounds import ROUND_KEYS, answer_rounds, not_provided_text
+from ..upstreams.results import answer_from_result
 from .telemetry import NO_CALL_TELEMETRY, CallTelemetry
 from ..upstreams.upstream import Upstream, resend_delay
 
 if TYPE_CHECKING:
     from .task_sink import UpstreamTaskSink
+
+__all__ = [
+    "CallPipeline", "Request", "STORE_BUSY_TEXT", "ToolCall", "UpstreamTaskRequests", "forwardable_meta",
+    "refuses_request", "scoped_key",
+]
 
 logger = logging.getLogger(__name__)
 

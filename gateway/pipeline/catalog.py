@@ -25,6 +25,11 @@ from ..conventions.keys import Effect
 from ..conventions.naming import exposed_tool_name
 from ..upstreams.listing import ListingCache, ListKind
 
+__all__ = [
+    "Catalog", "ConnectorSource", "ConnectorToolLike", "PromptRoute", "ResourceRoute", "SETTLE_SECONDS",
+    "TemplateRoute", "ToolRoute",
+]
+
 logger = logging.getLogger(__name__)
 
 # Tool definition fields passed on as the upstream wrote them.

@@ -20,11 +20,11 @@ from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, MISSING_REQUIRED_CLIENT_CA
 
 from .calls import forwardable_meta
 from .catalog import Catalog, PromptRoute
-from ..errors import RequestError, UpstreamAnswerTooLarge, UpstreamError, UpstreamRpcError
+from ..errors import InputNotProvided, RequestError, UpstreamAnswerTooLarge, UpstreamError, UpstreamRpcError
 from ..media.serving import MediaReader
 from ..upstreams.relay import CAPABILITY_OF, CallRelay
 from ..auth.scope import PrincipalScope
-from ..upstreams.input_rounds import InputNotProvided, answer_rounds, asked_methods, is_input_required
+from ..upstreams.input_rounds import answer_rounds, asked_methods, is_input_required
 from ..upstreams.results import without_hop_keys
 from ..upstreams.rpc import MODERN_VERSION
 from ..upstreams.upstream import Upstream

@@ -16,24 +16,21 @@ limited by this process's own buckets (a warning is logged): the limit then hold
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..config.model import GatewayConfig, RateConfig
-from ..errors import ConfigError, RequestError
+from ..errors import ConfigError, RateLimited
 
 if TYPE_CHECKING:
     from ..telemetry.metrics import GatewayMetrics
 
-__all__ = ["NO_LIMITS", "RATE_LIMITED", "LocalBuckets", "RateLimited", "RateLimits", "RedisBuckets"]
+__all__ = ["NO_LIMITS", "LocalBuckets", "RateLimits", "RedisBuckets"]
 
 logger = logging.getLogger(__name__)
 
-# An implementation-defined JSON-RPC server error (-32000..-32099): "rate limited, retry later".
-RATE_LIMITED = -32029
 _REDIS_WARN_EVERY = 60.0
 
 
@@ -43,23 +40,6 @@ class Bucket:
     kind: str  # "principal" or "upstream" (the metric's label, the error's data)
     name: str
     rate: RateConfig
-
-
-class RateLimited(RequestError):
-    def __init__(self, bucket: Bucket, retry_after: float) -> None:
-        wait = math.ceil(max(retry_after, 0.001) * 10) / 10  # up, to a tenth of a second
-        if bucket.kind == "principal":
-            who = f"the principal {bucket.name!r} may make"
-        else:
-            who = f"the upstream {bucket.name!r} takes at most"
-        message = (
-            f"Rate limited: {who} {bucket.rate.per_second:g} tools/call per second (bursts of "
-            f"{bucket.rate.capacity:g}). The call was not sent; retry after {wait:g} s."
-        )
-        data = {"retryAfterSeconds": wait, "limit": bucket.kind, "name": bucket.name, "sent": False}
-        super().__init__(RATE_LIMITED, message, data)
-        self.bucket = bucket
-        self.retry_after = wait
 
 
 class BucketStore(Protocol):
@@ -224,7 +204,7 @@ class RateLimits:
         bucket = buckets[worst]
         if self._metrics is not None:
             self._metrics.rate_limited.labels(bucket.kind).inc()
-        raise RateLimited(bucket, wait)
+        raise RateLimited(bucket.kind, bucket.name, bucket.rate.per_second, bucket.rate.capacity, wait)
 
     async def aclose(self) -> None:
         if self._store is not None:

@@ -20,14 +20,14 @@ from typing import Protocol
 import anyio
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ..errors import DRAINING
 from ..http.asgi import refuse
 
-__all__ = ["DRAINING", "Drain", "DrainGate"]
+__all__ = ["Drain", "DrainGate"]
 
 logger = logging.getLogger(__name__)
 
 # An implementation-defined JSON-RPC server error: "not here, not now; nothing was done".
-DRAINING = -32030
 
 
 class Streams(Protocol):

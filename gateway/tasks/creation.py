@@ -25,15 +25,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
-from mcp_types import INTERNAL_ERROR, METHOD_NOT_FOUND
+from mcp_types import INTERNAL_ERROR, METHOD_NOT_FOUND, MISSING_REQUIRED_CLIENT_CAPABILITY
 
 from ..pipeline.calls import CallPipeline, ToolCall
 from ..pipeline.catalog import Catalog, ToolRoute
 from ..conventions.answers import Answer
 from ..conventions.keys import IDEMPOTENCY_KEY
-from ..errors import RequestError, UpstreamError
+from ..errors import RATE_LIMITED, RequestError, TaskBudgetExceeded, UpstreamError
 from ..fences import Fences, fingerprint
-from ..pipeline.ratelimits import RATE_LIMITED
 from ..auth.scope import PrincipalScope
 from ..upstreams.upstream import Upstream
 from . import wire
@@ -43,11 +42,10 @@ from .records import TaskRecord, TaskStatus
 from .store import TaskStore
 from .transitions import lose
 
-__all__ = ["MISSING_CAPABILITY", "TaskBudgetExceeded", "TaskParts", "TaskSettings", "TaskStarter", "call_job"]
+__all__ = ["TaskParts", "TaskSettings", "TaskStarter", "call_job"]
 
 logger = logging.getLogger(__name__)
 
-MISSING_CAPABILITY = -32021  # SEP-2575: the client lacks a capability the request needs
 
 
 @dataclass(frozen=True)
@@ -240,20 +238,9 @@ class TaskStarter:
         return answers[0]  # answered at once (the job writes it as the task's end too)
 
 
-class TaskBudgetExceeded(RequestError):
-    """The principal's stored task results fill `tasks.max_result_bytes_per_principal`: no new task."""
-
-    def __init__(self, principal: str, held: int, limit: int) -> None:
-        super().__init__(RATE_LIMITED, (
-            f"Task refused: the principal {principal!r} holds {held} bytes of task results, and "
-            f"tasks.max_result_bytes_per_principal allows {limit} bytes. The call was not sent; retry when older "
-            "tasks have expired (at their ttl)."
-        ), {"limit": "tasks.max_result_bytes_per_principal", "maxBytes": limit, "heldBytes": held, "sent": False})
-
-
 def _refusal(tool: str, modern: bool) -> RequestError:
     if modern:
-        return RequestError(MISSING_CAPABILITY, f"the tool {tool} runs only as a task; declare the "
+        return RequestError(MISSING_REQUIRED_CLIENT_CAPABILITY, f"the tool {tool} runs only as a task; declare the "
                             f"{wire.TASKS_EXTENSION} extension in the request's client capabilities",
                             {"requiredCapabilities": {"extensions": {wire.TASKS_EXTENSION: {}}}})
     return RequestError(METHOD_NOT_FOUND, f"the tool {tool} runs only as a task: send tools/call with a task parameter")

@@ -20,7 +20,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from ..conventions.answers import Answer
-from ..pipeline.ratelimits import RATE_LIMITED
+from ..errors import RATE_LIMITED
 from ..fences.records import Owner
 from ..supervision import Supervisor
 from .records import TaskRecord, TaskStatus

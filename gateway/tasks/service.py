@@ -23,13 +23,13 @@ from ..pipeline.calls import ToolCall
 from ..conventions.answers import Answer
 from ..errors import RequestError, UpstreamError, UpstreamNotSent, UpstreamRpcError
 from . import wire
-from .creation import MISSING_CAPABILITY, TaskParts, TaskSettings, TaskStarter, call_job
+from .creation import TaskParts, TaskSettings, TaskStarter, call_job
 from .jobs import RecordSink
 from .markers import TASK_MARKER_KEY, marker_task
 from .records import TaskRecord, TaskStatus
 from .transitions import cancelled_error, change, lose
 
-__all__ = ["MISSING_CAPABILITY", "TaskSettings", "Tasks"]
+__all__ = ["TaskSettings", "Tasks"]
 
 logger = logging.getLogger(__name__)
 

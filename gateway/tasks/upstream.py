@@ -27,8 +27,8 @@ from typing import Any
 import anyio
 
 from ..conventions.keys import OUTCOME_KEY, Effect, Outcome
-from ..errors import UpstreamError, UpstreamRpcError
-from ..upstreams.relay import CallRelay, RelayRefused
+from ..errors import RelayRefused, UpstreamError, UpstreamRpcError
+from ..upstreams.relay import CallRelay
 from ..upstreams.upstream import Upstream
 from .polling import next_interval
 from ..pipeline.task_sink import UpstreamTaskSink

@@ -31,11 +31,18 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from ..errors import TransportError, UpstreamError, UpstreamInterrupted, UpstreamNotSent, UpstreamRpcError
+from ..errors import (
+    SessionLost,
+    TransportError,
+    UpstreamError,
+    UpstreamInterrupted,
+    UpstreamNotSent,
+    UpstreamRpcError,
+)
 from .relay import CallRelay
 from .events import NO_EVENTS, ResourceSubscriptions, UpstreamEvents
 from .http_streams import EventStreams
-from .http_wire import SESSION_HEADER, Era, HttpWire, SessionLost
+from .http_wire import SESSION_HEADER, Era, HttpWire
 from .notices import DEFAULT_MAX_QUEUED, OnDrop, ignore_drops
 from .rpc import CLIENT_CAPABILITIES, CLIENT_INFO, DEFAULT_MAX_INBOUND, HANDSHAKE_VERSION, MODERN_VERSION, request_meta
 from .transport import AiohttpTransport, HttpRequest, HttpTransport, ssl_context

@@ -30,6 +30,7 @@ from ..errors import (
     RequestMaybeSent,
     RequestNotSent,
     ResponseTooLarge,
+    SessionLost,
     TransportError,
     UpstreamAnswerTooLarge,
     UpstreamInterrupted,
@@ -43,7 +44,7 @@ from .rpc import DEFAULT_MAX_INBOUND, MODERN_VERSION, InboundRequests, answer_se
 from .sse import read_answer
 from .transport import HttpRequest, HttpResponse, HttpTransport
 
-__all__ = ["SESSION_HEADER", "Era", "HttpWire", "SessionLost"]
+__all__ = ["SESSION_HEADER", "Era", "HttpWire"]
 
 logger = logging.getLogger(__name__)
 
@@ -60,10 +61,6 @@ class Era:
 
     version: str | None  # None only for the `initialize` request itself
     session_id: str | None = None
-
-
-class SessionLost(Exception):
-    """The upstream answered 404 for our session id: it restarted or expired the session."""
 
 
 class HttpWire:

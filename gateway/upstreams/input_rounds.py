@@ -20,11 +20,11 @@ from typing import Any
 
 from mcp_types import INVALID_PARAMS
 
-from ..errors import RequestError
-from .relay import CallRelay, RelayRefused
+from ..errors import InputNotProvided, RelayRefused, RequestError
+from .relay import CallRelay
 
 __all__ = [
-    "INPUT_REQUIRED", "ROUND_KEYS", "InputNotProvided", "answer_rounds", "asked_methods", "is_input_required",
+    "INPUT_REQUIRED", "ROUND_KEYS", "answer_rounds", "asked_methods", "is_input_required",
     "not_provided_text", "round_params",
 ]
 
@@ -32,15 +32,6 @@ INPUT_REQUIRED = "input_required"
 # The params a client sends in a later round of a multi-round-trip request.
 ROUND_KEYS = ("inputResponses", "requestState")
 MAX_ROUNDS = 16
-
-
-class InputNotProvided(Exception):
-    """The upstream needs input that the calling client cannot give (the text says why)."""
-
-    def __init__(self, methods: list[str], reason: str) -> None:
-        self.methods = methods
-        self.reason = reason
-        super().__init__(f"the upstream asked for {', '.join(methods) or 'input'}: {reason}")
 
 
 def is_input_required(result: Any) -> bool:

@@ -19,30 +19,12 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from mcp_types import METHOD_NOT_FOUND
 
-__all__ = ["ASKING_CAPABILITIES", "CAPABILITY_OF", "CallRelay", "RelayRefused"]
+__all__ = ["ASKING_CAPABILITIES", "CAPABILITY_OF", "CallRelay"]
 
 # The client capabilities that let a server ask the client something during a request, by method.
 CAPABILITY_OF = {"elicitation/create": "elicitation", "sampling/createMessage": "sampling", "roots/list": "roots"}
 ASKING_CAPABILITIES = tuple(CAPABILITY_OF.values())
-
-
-class RelayRefused(Exception):
-    """The calling client cannot answer a server-to-client request; sent upstream as an error."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-    @classmethod
-    def no_session(cls, method: str) -> "RelayRefused":
-        """A client served statelessly has no channel for requests from the server."""
-        return cls(
-            METHOD_NOT_FOUND,
-            f"{method} needs a live session with the client; the gateway serves this client statelessly",
-        )
 
 
 class CallRelay(Protocol):

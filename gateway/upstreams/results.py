@@ -17,8 +17,9 @@ from pydantic import BaseModel, ValidationError
 
 from ..conventions.answers import Answer
 from ..conventions.keys import MCP_RESERVED_PREFIX
+from ..errors import InvalidResult
 
-__all__ = ["InvalidResult", "answer_from_result", "without_hop_keys"]
+__all__ = ["answer_from_result", "without_hop_keys"]
 
 _BLOCK_MODELS: Mapping[str, type[BaseModel]] = {
     "text": types.TextContent,
@@ -27,10 +28,6 @@ _BLOCK_MODELS: Mapping[str, type[BaseModel]] = {
     "resource_link": types.ResourceLink,
     "resource": types.EmbeddedResource,
 }
-
-
-class InvalidResult(ValueError):
-    """The result breaks the MCP schema; the message says where (e.g. `content[2].text`)."""
 
 
 def answer_from_result(result: Mapping[str, Any]) -> Answer:

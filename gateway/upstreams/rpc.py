@@ -20,9 +20,9 @@ from mcp_types import (
 )
 
 from ..conventions.keys import GATEWAY_PREFIX
-from ..errors import UpstreamInterrupted, UpstreamRpcError
+from ..errors import RelayRefused, UpstreamInterrupted, UpstreamRpcError
 from ..protocol import CLIENT_INFO
-from .relay import CallRelay, RelayRefused
+from .relay import CallRelay
 
 HANDSHAKE_VERSION = "2025-11-25"
 MODERN_VERSION = "2026-07-28"

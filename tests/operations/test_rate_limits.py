@@ -21,7 +21,8 @@ import httpx
 import pytest
 
 from gateway.config.model import RateConfig
-from gateway.pipeline.ratelimits import RATE_LIMITED, Bucket, LocalBuckets, RedisBuckets
+from gateway.errors import RATE_LIMITED
+from gateway.pipeline.ratelimits import Bucket, LocalBuckets, RedisBuckets
 from tests.operations.support import events, ops_upstream, tool_call
 from tests.support.gateway import start_gateway, write_config
 

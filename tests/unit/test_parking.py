@@ -11,7 +11,8 @@ import pytest
 
 from gateway.errors import RequestError
 from gateway.front.parking import PARKED_STATE_PREFIX, Parking
-from gateway.upstreams.relay import CallRelay, RelayRefused
+from gateway.errors import RelayRefused
+from gateway.upstreams.relay import CallRelay
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 

@@ -13,7 +13,7 @@ import pytest
 from mcp_types import INTERNAL_ERROR, METHOD_NOT_FOUND
 
 from gateway.errors import UpstreamInterrupted, UpstreamNotSent, UpstreamRpcError
-from gateway.upstreams.relay import RelayRefused
+from gateway.errors import RelayRefused
 from gateway.upstreams.http import HttpConnection
 from gateway.upstreams.mock_transport import MockResponse, MockTransport, RequestMaybeSent, RequestNotSent, sse_event
 from gateway.upstreams.transport import HttpRequest

@@ -14,7 +14,7 @@ import pytest
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from gateway.errors import UpstreamInterrupted, UpstreamNotSent, UpstreamRpcError
-from gateway.upstreams.relay import RelayRefused
+from gateway.errors import RelayRefused
 from gateway.upstreams.stdio import StdioConnection
 from tests.support.relays import HandshakeClient
 
