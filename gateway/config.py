@@ -159,6 +159,16 @@ class _UpstreamBase(_Strict):
     # (a session with the roots capability), else refused; set (even to []): always these.
     roots: list[RootConfig] | None = None
 
+    @field_validator("name")
+    @classmethod
+    def _no_separator_in_name(cls, v: str) -> str:
+        # Exposed names are `<name>__<tool>`: with `__` inside names, upstream `a`'s tool `b__c`
+        # and upstream `a__b`'s tool `c` would both be `a__b__c`, one shadowing the other.
+        if "__" in v:
+            raise ValueError(f"upstream name {v!r} must not contain '__' (the separator of exposed names "
+                             "'<upstream>__<tool>'); use a single '_' or '-'")
+        return v
+
 
 class StdioUpstreamConfig(_UpstreamBase):
     transport: Literal["stdio"]
@@ -312,6 +322,21 @@ class GatewayConfig(_Strict):
             if upstream.name in seen:
                 raise _PathedError(("upstreams", i, "name"), f"duplicate upstream name {upstream.name!r}")
             seen.add(upstream.name)
+        return self
+
+    @model_validator(mode="after")
+    def _unique_principal_names(self) -> "GatewayConfig":
+        # A principal's scope, fences and images follow its name: two tokens of one name would
+        # share one scope (the last entry's), so each token needs a principal of its own.
+        first: dict[str, int] = {}
+        for i, token in enumerate(self.auth.tokens):
+            if token.principal in first:
+                raise _PathedError(
+                    ("auth", "tokens", i, "principal"),
+                    f"duplicate principal {token.principal!r} (also auth.tokens.{first[token.principal]}): "
+                    "each token needs a principal name of its own, since scope, fences and images follow the name",
+                )
+            first[token.principal] = i
         return self
 
     @model_validator(mode="after")

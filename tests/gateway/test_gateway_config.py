@@ -72,6 +72,36 @@ upstreams:
 """,
         5, ["duplicate", "pay", "name"],
     ),
+    # Two tokens of one principal shared one scope: the narrower token got the other's grants.
+    "duplicate_principal": (
+        f"""\
+auth:
+  tokens:
+    - principal: team
+      token_sha256: {"a" * 64}
+      tools: ["notes__list_notes"]
+    - token_sha256: {"b" * 64}
+      principal: team
+upstreams:
+  - name: notes
+    transport: streamable_http
+    url: http://127.0.0.1:9/mcp
+""",
+        7, ["duplicate principal", "'team'", "auth.tokens.1.principal"],
+    ),
+    # `a`'s tool `b__c` and `a__b`'s tool `c` would both be exposed as `a__b__c`.
+    "upstream_name_with_separator": (
+        """\
+upstreams:
+  - name: a
+    transport: streamable_http
+    url: http://127.0.0.1:9/mcp
+  - transport: streamable_http
+    url: http://127.0.0.1:10/mcp
+    name: a__b
+""",
+        7, ["upstreams.1.name", "'a__b'", "'__'"],
+    ),
     "missing_command": (
         """\
 upstreams:
