@@ -51,6 +51,16 @@ class ServerConfig(_Strict):
     # (milliseconds) a client waits before it reconnects.
     sse_event_buffer: int = Field(10_000, ge=0)
     sse_retry_ms: int = Field(1000, ge=0)
+    # Stateful fronts (gateway/front/session_manager.py): open sessions in the process and per
+    # principal (past them a new session is answered 503 / 429), and how long a session lives
+    # without a request in flight before it ends (its id then answers 404).
+    max_sessions: int = Field(10_000, gt=0)
+    max_sessions_per_principal: int = Field(100, gt=0)
+    session_idle_timeout_seconds: float = Field(300.0, gt=0)
+    # Bytes of buffered SSE events (their JSON) per session and over all sessions of the process;
+    # past either, the oldest events go first (gateway/front/event_store.py).
+    session_event_buffer_bytes: int = Field(4 * 1024 * 1024, gt=0)
+    session_event_buffer_total_bytes: int = Field(256 * 1024 * 1024, gt=0)
     # Connections (gateway/front/http_protocol.py, gateway/front/streams.py): an idle keep-alive
     # connection is closed after idle_timeout_seconds; a connection that sends no byte of an
     # incomplete request (a new connection, headers or a body cut off) for read_timeout_seconds is

@@ -8,7 +8,8 @@ results (never a stack trace), and the call pipeline turns upstream failures int
     ├── StoreError                a fence or registration store cannot be used
     ├── RequestError              the client's request is wrong: a JSON-RPC error (code, message)
     │   ├── UnknownToolError      a tool name the principal cannot reach
-    │   └── UpstreamRefusedRequest  the upstream refused the request itself (passed on as it said)
+    │   ├── UpstreamRefusedRequest  the upstream refused the request itself (passed on as it said)
+    │   └── SessionLimitReached  no new stateful session: a session cap is reached (HTTP 429 / 503)
     ├── UpstreamError             talking to an upstream MCP server failed
     │   ├── UpstreamNotSent       provably never sent: safe to send again
     │   ├── UpstreamInterrupted   may have been sent, no usable answer
@@ -109,6 +110,15 @@ class UpstreamRefusedRequest(RequestError):
     """The upstream refused the client's request itself, before running anything: a capability the
     client did not declare (-32021), or a bad round of a multi-round-trip call (an answer or a
     `requestState` it rejects). The client gets that JSON-RPC error, as from the server directly."""
+
+
+class SessionLimitReached(RequestError):
+    """A new stateful session is refused: its principal holds `server.max_sessions_per_principal`
+    sessions (HTTP 429), or the process holds `server.max_sessions` (HTTP 503)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(-32000, message)  # the first implementation-defined server error
+        self.status = status
 
 
 class TransportError(GatewayError):
