@@ -4,8 +4,9 @@ The SDK hands the one `event_store` it is given to every session's transport. Th
 store must be per session (`event_store.py` says why), and the SDK has no public hook for that,
 so this subclass gives each transport its own store right after the SDK admits the session.
 
-It also caps sessions per principal (`server.max_sessions_per_principal`), so one principal
-cannot take every session of the process (`server.max_sessions`) from the others: past its cap
+It also caps sessions per authenticated principal (`server.max_sessions_per_principal`), so one
+principal cannot take every session of the process (`server.max_sessions`) from the others (without
+`auth.tokens` every client is `anonymous` and only the process cap applies): past its cap
 that principal's new session is answered 429 with a JSON-RPC error naming the limit, and past the
 process's cap any new session is answered 503 the same way. A session ends when its client
 deletes it or after `server.session_idle_timeout_seconds` without a request (the SDK's idle timer);
@@ -63,8 +64,11 @@ class GatewaySessionManager(StreamableHTTPSessionManager):
             await refuse(send, exc.status, exc.code, exc.message, headers)
 
     def _admit_session(self, requestor: AuthorizationContext | None) -> StreamableHTTPServerTransport | None:
+        # No requestor: no auth.tokens, every client is `anonymous` and one per-principal cap would only
+        # be a smaller process cap; server.max_sessions alone applies then.
         principal = requestor["client_id"] if requestor is not None else ANONYMOUS
-        if self._max_per_principal is not None and self._open_by_principal[principal] >= self._max_per_principal:
+        limit = self._max_per_principal if requestor is not None else None
+        if limit is not None and self._open_by_principal[principal] >= limit:
             raise SessionLimitReached(
                 429, f"Too many open sessions for this principal: {self._max_per_principal} "
                      "(server.max_sessions_per_principal); end one (DELETE) or wait for an idle one to expire")

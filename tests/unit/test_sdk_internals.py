@@ -65,7 +65,7 @@ def test_the_per_principal_cap_counts_admitted_sessions_and_forgets_discarded_on
     with pytest.raises(SessionLimitReached) as refused:
         manager._admit_session(alice)
     assert refused.value.status == 429 and "server.max_sessions_per_principal" in refused.value.message
-    assert manager._admit_session(None) is not None  # the anonymous principal has its own count
+    assert manager._admit_session(None) is not None  # without auth only max_sessions applies
     with pytest.raises(SessionLimitReached) as full:
         manager._admit_session(AuthorizationContext(client_id="bob", issuer=None, subject="bob"))
     assert full.value.status == 503 and "server.max_sessions" in full.value.message
