@@ -359,6 +359,16 @@ class GatewayConfig(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _idle_timeout_outlasts_sse_retry(self) -> "GatewayConfig":
+        # A client that reconnects after `retry:` must find its session still there.
+        server = self.server
+        if server.stateful and server.session_idle_timeout_seconds * 1000 <= server.sse_retry_ms:
+            raise _PathedError(("server", "session_idle_timeout_seconds"),
+                               f"must be longer than server.sse_retry_ms ({server.sse_retry_ms} ms), or sessions "
+                               "end while their clients wait to reconnect")
+        return self
+
+    @model_validator(mode="after")
     def _no_open_bind_without_auth(self) -> "GatewayConfig":
         if not self.auth.enabled and not is_loopback_host(self.server.host):
             raise _PathedError(
