@@ -58,7 +58,7 @@ SCRATCH_LAUNCHER = (
     "sys.meta_path[:] = [f for f in sys.meta_path if not getattr(f, '__module__', '').startswith('__editable__')]; "
     "import gateway; assert gateway.__file__.startswith(d), gateway.__file__; "
     "import importlib; cli = importlib.import_module('gateway.cli'); "
-    "main = getattr(cli, 'main'); main = getattr(main, 'main', main); "  # gateway/cli/main.py, or an older gateway/cli.py
+    "main = getattr(cli, 'main'); main = getattr(main, 'main', main); "  # gateway/cli/main.py, or an older gateway/cli/main.py
     "sys.argv[0] = 'dex-gateway'; sys.exit(main())"
 )
 GOAL_THROUGHPUT_RATIO = 1.0

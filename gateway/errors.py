@@ -10,7 +10,8 @@ results (never a stack trace), and the call pipeline turns upstream failures int
     │   ├── UnknownToolError      a tool name the principal cannot reach
     │   ├── UpstreamRefusedRequest  the upstream refused the request itself (passed on as it said)
     │   ├── RateLimited           a principal's or upstream's rate limit (-32029): nothing was sent
-    │   └── TaskBudgetExceeded    the principal's stored task results fill their budget (-32029)
+    │   ├── TaskBudgetExceeded    the principal's stored task results fill their budget (-32029)
+    │   └── SessionLimitReached   no new stateful session: a session cap is reached (HTTP 429 / 503)
     ├── RelayRefused              the calling client cannot answer an upstream's question (sent upstream)
     ├── InputNotProvided          the upstream needs input the calling client cannot give
     ├── InvalidResult             an upstream result breaks the MCP schema (names where)
@@ -207,6 +208,15 @@ class InvalidResult(GatewayError, ValueError):
 
 class SessionLost(GatewayError):
     """The upstream answered 404 for our session id: it restarted or expired the session."""
+
+
+class SessionLimitReached(RequestError):
+    """A new stateful session is refused: its principal holds `server.max_sessions_per_principal`
+    sessions (HTTP 429), or the process holds `server.max_sessions` (HTTP 503)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(-32000, message)  # the first implementation-defined server error
+        self.status = status
 
 
 class TransportError(GatewayError):

@@ -58,7 +58,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--workers", type=int, default=None,
                        help="processes on the one port, to use more cores (default: $DEX_GATEWAY_WORKERS or 1)")
     serve.add_argument("-v", "--verbose", action="store_true")
-    # Set by the --workers supervisor for each worker (gateway/workers.py).
+    # Set by the --workers supervisor for each worker (gateway/server/workers.py).
     serve.add_argument("--worker-fd", type=int, help=argparse.SUPPRESS)
     serve.add_argument("--worker-index", type=int, help=argparse.SUPPRESS)
     serve.add_argument("--replica-id", help=argparse.SUPPRESS)

@@ -53,7 +53,7 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HOST_LABEL = re.compile(r"^[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?$")
 
 
-# -- the entries, checked by the config model (gateway/config.py, ConnectorsConfig) ---------------
+# -- the entries, checked by the config model (gateway/config/model.py, ConnectorsConfig) ---------------
 
 
 def check_module_prefix(value: str) -> str:

@@ -58,6 +58,16 @@ class ServerConfig(_Strict):
     # (milliseconds) a client waits before it reconnects.
     sse_event_buffer: int = Field(10_000, ge=0)
     sse_retry_ms: int = Field(1000, ge=0)
+    # Stateful fronts (gateway/front/session_manager.py): open sessions in the process and per
+    # principal (past them a new session is answered 503 / 429), and how long a session lives
+    # without a request in flight before it ends (its id then answers 404).
+    max_sessions: int = Field(10_000, gt=0)
+    max_sessions_per_principal: int = Field(100, gt=0)
+    session_idle_timeout_seconds: float = Field(300.0, gt=0)
+    # Bytes of buffered SSE events (their JSON) per session and over all sessions of the process;
+    # past either, the oldest events go first (gateway/front/event_store.py).
+    session_event_buffer_bytes: int = Field(4 * 1024 * 1024, gt=0)
+    session_event_buffer_total_bytes: int = Field(256 * 1024 * 1024, gt=0)
     # Connections (gateway/http/uvicorn_protocol.py, gateway/http/streams.py): an idle keep-alive
     # connection is closed after idle_timeout_seconds; a connection that sends no byte of an
     # incomplete request (a new connection, headers or a body cut off) for read_timeout_seconds is
@@ -75,7 +85,7 @@ class ServerConfig(_Strict):
     tcp_keepalive_seconds: int = Field(30, ge=0)
     stream_idle_seconds: float = Field(300.0, gt=0)
     # SIGTERM: /readyz 503 and new requests refused at once; in-flight requests get this long to
-    # finish (or stay fenced), then the process exits (gateway/drain.py).
+    # finish (or stay fenced), then the process exits (gateway/server/drain.py).
     drain_seconds: float = Field(20.0, ge=0)
 
     @field_validator("path")
@@ -174,6 +184,16 @@ class _UpstreamBase(_Strict):
     # Log messages of one call waiting for a slow client; past this the oldest is dropped
     # (progress is coalesced to the latest). Counted in dex_gateway_upstream_notifications_dropped.
     max_queued_notifications: int = Field(256, ge=1)
+
+    @field_validator("name")
+    @classmethod
+    def _no_separator_in_name(cls, v: str) -> str:
+        # Exposed names are `<name>__<tool>`: with `__` inside names, upstream `a`'s tool `b__c`
+        # and upstream `a__b`'s tool `c` would both be `a__b__c`, one shadowing the other.
+        if "__" in v:
+            raise ValueError(f"upstream name {v!r} must not contain '__' (the separator of exposed names "
+                             "'<upstream>__<tool>'); use a single '_' or '-'")
+        return v
 
 
 class StdioUpstreamConfig(_UpstreamBase):
@@ -318,12 +338,37 @@ class GatewayConfig(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _unique_principal_names(self) -> "GatewayConfig":
+        # A principal's scope, fences and images follow its name: two tokens of one name would
+        # share one scope (the last entry's), so each token needs a principal of its own.
+        first: dict[str, int] = {}
+        for i, token in enumerate(self.auth.tokens):
+            if token.principal in first:
+                raise _PathedError(
+                    ("auth", "tokens", i, "principal"),
+                    f"duplicate principal {token.principal!r} (also auth.tokens.{first[token.principal]}): "
+                    "each token needs a principal name of its own, since scope, fences and images follow the name",
+                )
+            first[token.principal] = i
+        return self
+
+    @model_validator(mode="after")
     def _scopes_name_known_upstreams(self) -> "GatewayConfig":
         names = {u.name for u in self.upstreams}
         for i, token in enumerate(self.auth.tokens):
             for j, name in enumerate(token.upstreams or ()):
                 if name not in names:
                     raise _PathedError(("auth", "tokens", i, "upstreams", j), f"no upstream is named {name!r}")
+        return self
+
+    @model_validator(mode="after")
+    def _idle_timeout_outlasts_sse_retry(self) -> "GatewayConfig":
+        # A client that reconnects after `retry:` must find its session still there.
+        server = self.server
+        if server.stateful and server.session_idle_timeout_seconds * 1000 <= server.sse_retry_ms:
+            raise _PathedError(("server", "session_idle_timeout_seconds"),
+                               f"must be longer than server.sse_retry_ms ({server.sse_retry_ms} ms), or sessions "
+                               "end while their clients wait to reconnect")
         return self
 
     @model_validator(mode="after")
@@ -351,7 +396,7 @@ def is_loopback_host(host: str) -> bool:
 
 def parse_config(doc: SourcedDocument, environ: dict[str, str] | None = None) -> GatewayConfig:
     data = expand_env(doc, environ)
-    # DEX_GATEWAY__SECTION__KEY variables override the file (gateway/env_overrides.py).
+    # DEX_GATEWAY__SECTION__KEY variables override the file (gateway/config/env.py).
     data, doc = apply_env_overrides(data, doc, os.environ if environ is None else environ)
     if not isinstance(data, dict):
         raise ConfigError(f"{doc.source}:1: the configuration must be a mapping of keys")

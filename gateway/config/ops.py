@@ -1,6 +1,6 @@
 """The config sections of running the gateway in production: `telemetry`, `rate_limits`, and
 the `rate_limit` of a token or an upstream (docs/configuration.md). Part of gateway.yaml's
-models (gateway/config.py), kept here so that module stays one screenful per concern."""
+models (gateway/config/model.py), kept here so that module stays one screenful per concern."""
 
 from __future__ import annotations
 

@@ -11,10 +11,10 @@
                       events.py      list changes and resource updates to clients; subscriptions/listen
                       sessions.py    live handshake-era sessions: log level, resource subscriptions
                       event_store.py SSE resumption of the stateful front (Last-Event-ID), per session
-                      session_manager.py  the SDK's session manager, one event store per session
+                      session_manager.py  the SDK's session manager: session caps, one event store per session
 
 Both entries (the fast path and the SDK handlers) only parse requests and write responses:
-`tools.py` answers tools/call and tools/list for both, the pipeline (`gateway/calls.py`)
+`tools.py` answers tools/call and tools/list for both, the pipeline (`gateway/pipeline/calls.py`)
 does the work, and `wire.py` gives every answer its era's wire form.
 """
 
@@ -101,7 +101,13 @@ def build_front(
         # Stateful: SSE priming events, retry and replay after Last-Event-ID, each session with
         # its own events (the SDK keeps none in stateless mode).
         event_buffer=server_cfg.sse_event_buffer if resumable else 0,
+        event_buffer_bytes=server_cfg.session_event_buffer_bytes,
+        event_buffer_total_bytes=server_cfg.session_event_buffer_total_bytes,
         retry_interval=server_cfg.sse_retry_ms if resumable else None,
+        # Stateful sessions: capped per process and per principal, ended when idle.
+        max_sessions=server_cfg.max_sessions,
+        max_sessions_per_principal=server_cfg.max_sessions_per_principal,
+        session_idle_timeout=server_cfg.session_idle_timeout_seconds,
     )
     endpoint: ASGIApp = StreamableHTTPASGIApp(manager)
     if server_cfg.fast_tool_calls and not server_cfg.json_response:

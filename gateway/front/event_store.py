@@ -3,8 +3,13 @@
 With an event store the SDK's handshake-era transport starts every POST's SSE response with a
 priming event (an id, no data, and `retry:`), gives every message an id, and answers a GET with
 `Last-Event-ID` by replaying what the client missed on that stream (SEP-1699). The gateway keeps
-the events in memory, bounded by count and age: a client that comes back later than that starts
-over. Stateless fronts keep none (the SDK's rule): a stateless client sends its request again.
+the events in memory, serialized (a message's stored bytes are its JSON), bounded by count, age and
+bytes per session (`server.sse_event_buffer`, 300 s, `server.session_event_buffer_bytes`) and by
+bytes over every session of the process (`server.session_event_buffer_total_bytes`, an `EventBudget`):
+past a bound the oldest events go first, and a client that comes back for one of them starts over.
+An event larger than a budget is not kept, and neither is anything before it in its session, so a
+replay never skips an event it could not send. Stateless fronts keep none (the SDK's rule): a
+stateless client sends its request again.
 
 Every session has its own store (`session_manager.py` attaches one to each new session): the
 SDK's stream ids are the JSON-RPC request ids ("1", "7") and "_GET_stream", the same in every
@@ -20,43 +25,123 @@ import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import NamedTuple
 
 from mcp.server.streamable_http import EventCallback, EventId, EventMessage, EventStore, StreamId
-from mcp_types import JSONRPCMessage
+from mcp_types import JSONRPCMessage, jsonrpc_message_adapter
 
-__all__ = ["FrontEventStore"]
+__all__ = ["EventBudget", "FrontEventStore"]
+
+DEFAULT_SESSION_BYTES = 4 * 1024 * 1024
+
+
+class _Event(NamedTuple):
+    stream_id: StreamId
+    data: bytes | None  # the message's JSON; None: a priming event, or one too large to keep
+    at: float
+
+
+class EventBudget:
+    """The bytes of buffered events over every session of one process: past `max_bytes`, the oldest
+    events of any session are dropped (each from its own store)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._total = 0
+        self._order: OrderedDict[EventId, tuple[FrontEventStore, int]] = OrderedDict()
+
+    @property
+    def total(self) -> int:
+        return self._total
+
+    def add(self, store: FrontEventStore, event_id: EventId, size: int) -> None:
+        self._order[event_id] = (store, size)
+        self._total += size
+        while self._total > self.max_bytes and self._order:
+            oldest, (owner, oldest_size) = self._order.popitem(last=False)
+            self._total -= oldest_size
+            owner.drop(oldest)
+
+    def forget(self, event_id: EventId) -> None:
+        """A store dropped the event itself."""
+        entry = self._order.pop(event_id, None)
+        if entry is not None:
+            self._total -= entry[1]
 
 
 class FrontEventStore(EventStore):
-    """The events of one session, oldest first, at most `max_events` of them and none older
-    than `max_age_seconds`."""
+    """The events of one session, oldest first: at most `max_events` of them, none older than
+    `max_age_seconds`, at most `max_bytes` of stored JSON, and within the process's `budget`."""
 
     def __init__(self, max_events: int = 10_000, max_age_seconds: float = 300.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, *, max_bytes: int = DEFAULT_SESSION_BYTES,
+                 budget: EventBudget | None = None) -> None:
         self._max_events = max_events
         self._max_age = max_age_seconds
+        self._max_bytes = max_bytes
+        self._budget = budget
         self._clock = clock
-        self._events: OrderedDict[EventId, tuple[StreamId, JSONRPCMessage | None, float]] = OrderedDict()
+        self._events: OrderedDict[EventId, _Event] = OrderedDict()
+        self._bytes = 0
         self._numbers = itertools.count(1)
         # 96 random bits: an id from another session (or an earlier process) is never one of ours.
         self._prefix = secrets.token_urlsafe(12)
 
+    @property
+    def stored_bytes(self) -> int:
+        return self._bytes
+
+    @property
+    def event_count(self) -> int:
+        # Not __len__: the SDK tests `if self._event_store:`, and an empty store must stay truthy.
+        return len(self._events)
+
     async def store_event(self, stream_id: StreamId, message: JSONRPCMessage | None) -> EventId:
         now = self._clock()
-        while self._events and (len(self._events) >= self._max_events or now - next(iter(self._events.values()))[2] > self._max_age):
-            self._events.popitem(last=False)
+        data = None if message is None else message.model_dump_json(by_alias=True, exclude_unset=True).encode()
+        size = len(data) if data is not None else 0
+        limit = self._max_bytes if self._budget is None else min(self._max_bytes, self._budget.max_bytes)
+        if size > limit:
+            # Too large to keep: the events before it go too, so no replay passes over it unseen
+            # (a client that resumes from before it starts over).
+            self.close()
+            data, size = None, 0
+        while self._events and (len(self._events) >= self._max_events or self._bytes + size > self._max_bytes
+                                or now - next(iter(self._events.values())).at > self._max_age):
+            self._drop_oldest()
         event_id = f"{self._prefix}-{next(self._numbers)}"
-        self._events[event_id] = (stream_id, message, now)
+        self._events[event_id] = _Event(stream_id, data, now)
+        self._bytes += size
+        if self._budget is not None and size:
+            self._budget.add(self, event_id, size)
         return event_id
 
     async def replay_events_after(self, last_event_id: EventId, send_callback: EventCallback) -> StreamId | None:
         known = self._events.get(last_event_id)
         if known is None:
             return None
-        stream = known[0]
+        stream = known.stream_id
         later = list(self._events.items())  # a snapshot: new events may be stored while we send
         start = next(i for i, (event_id, _) in enumerate(later) if event_id == last_event_id) + 1
-        for event_id, (stream_id, message, _) in later[start:]:
-            if stream_id == stream and message is not None:
-                await send_callback(EventMessage(message, event_id))
+        for event_id, event in later[start:]:
+            if event.stream_id == stream and event.data is not None:
+                await send_callback(EventMessage(jsonrpc_message_adapter.validate_json(event.data), event_id))
         return stream
+
+    def drop(self, event_id: EventId) -> None:
+        """Forget one event (the process-wide budget evicts it)."""
+        event = self._events.pop(event_id, None)
+        if event is not None and event.data is not None:
+            self._bytes -= len(event.data)
+
+    def close(self) -> None:
+        """Forget every event (the session ended), giving their bytes back to the budget."""
+        while self._events:
+            self._drop_oldest()
+
+    def _drop_oldest(self) -> None:
+        event_id, event = self._events.popitem(last=False)
+        if event.data is not None:
+            self._bytes -= len(event.data)
+            if self._budget is not None:
+                self._budget.forget(event_id)

@@ -4,7 +4,7 @@
 `ToolListing` the fast path uses, and their wire dicts go out as they are (the middleware
 owns the result, so the SDK neither re-validates nor re-shapes it). So do `prompts/get` and
 `resources/read`, whose answer may be a 2026-07-28 round of questions (`input_required`).
-Resources, prompts, completion and logging go to `gateway/passthrough.py`; subscriptions
+Resources, prompts, completion and logging go to `gateway/pipeline/passthrough.py`; subscriptions
 (`resources/subscribe`, `subscriptions/listen`) to the gateway's `ResourceWatch`.
 """
 

@@ -2,7 +2,7 @@
 
 Both entries (the fast path and the SDK handlers) call these and only parse the request and
 write the response themselves; everything between the parsed call and the wire dict happens
-here and in the pipeline (gateway/calls.py), once.
+here and in the pipeline (gateway/pipeline/calls.py), once.
 """
 
 from __future__ import annotations

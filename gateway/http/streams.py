@@ -4,7 +4,7 @@ A client's standalone GET stream (server-to-client notifications of a stateful s
 open for hours; one that carries nothing for a long time is usually a client that is gone without
 a FIN, or a proxy that will cut it anyway. Ending it cleanly (the last chunk is written, the
 connection stays usable) lets a live client reconnect, and frees what a dead one held. A drain
-ends every open stream at once (gateway/drain.py).
+ends every open stream at once (gateway/server/drain.py).
 """
 
 from __future__ import annotations

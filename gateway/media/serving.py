@@ -4,7 +4,7 @@
 Both ask `MediaReader`, which answers only for a hash granted to the caller's principal
 (grants.py); a hash it never received is answered exactly like a missing one (404, or the
 resource-not-found error), so a principal cannot probe for other principals' images. The GET
-route sits behind the same Host/Origin guard and bearer auth as `/mcp` (gateway/app.py), and
+route sits behind the same Host/Origin guard and bearer auth as `/mcp` (gateway/server/app.py), and
 answers with headers that keep a browser from doing anything but save the bytes:
 `X-Content-Type-Options: nosniff`, `Content-Security-Policy: default-src 'none'; sandbox`,
 `Content-Disposition: attachment`, `Cross-Origin-Resource-Policy: same-origin`, and the type

@@ -4,7 +4,7 @@
           jittered wait before each re-send) -> check the upstream result -> outcome
           -> media (images -> references) -> result size limit -> fence (store) -> Answer
 
-Telemetry (gateway/telemetry/calls.py) wraps the call after the rate limit (a span, the metrics)
+Telemetry (gateway/pipeline/telemetry.py) wraps the call after the rate limit (a span, the metrics)
 and each upstream attempt (its span).
 
 Each stage lives in its own module; this one only strings them together in the order of the
@@ -126,8 +126,8 @@ class CallPipeline:
         # None: images are checked and pass inline (no media store).
         self._media = media or MediaStage(ImageRules())
         self._upstream_tasks = upstream_tasks
-        self._telemetry = telemetry  # spans and metrics (gateway/telemetry/calls.py)
-        self._limits = limits  # per principal and upstream (gateway/ratelimits.py)
+        self._telemetry = telemetry  # spans and metrics (gateway/pipeline/telemetry.py)
+        self._limits = limits  # per principal and upstream (gateway/pipeline/ratelimits.py)
 
     async def call(self, call: ToolCall, *, admitted: bool = False) -> Answer:
         """The answer to one call; raises UnknownToolError for a name the principal cannot reach.
@@ -275,7 +275,7 @@ async def _attempt(
         _log_detail(tool, exc)
         return NotSent(exc.reason)
     except UpstreamAnswerTooLarge as exc:
-        # The upstream answered, too much to read: failed as the result limit says (gateway/limits.py).
+        # The upstream answered, too much to read: failed as the result limit says (gateway/pipeline/limits.py).
         _log_detail(tool, exc)
         return Replied(answer_over_cap(tool, exc.read, max_result_bytes))
     except UpstreamInterrupted as exc:

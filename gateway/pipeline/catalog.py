@@ -203,7 +203,8 @@ class Catalog:
         return self._built.prompts.get(name)
 
     async def resources(self) -> list[ResourceRoute]:
-        await self._refresh(ListKind.RESOURCES)
+        # The templates too: a resource that an earlier upstream's template matches is not listed.
+        await self._refresh(ListKind.RESOURCES, ListKind.RESOURCE_TEMPLATES)
         return list(self._built.resources.values())
 
     async def resource_templates(self) -> list[TemplateRoute]:
@@ -211,9 +212,10 @@ class Catalog:
         return list(self._built.templates)
 
     async def resource_upstream(self, uri: str) -> str | None:
-        """Which upstream serves `uri`: a listed resource first, then a matching template."""
-        await self._refresh(ListKind.RESOURCES)
-        await self._refresh(ListKind.RESOURCE_TEMPLATES)
+        """Which upstream serves `uri`: the first in config order that lists it or has a template
+        matching it. A listed resource is checked first: one that a template of an earlier upstream
+        matches is never listed (`_shadowed`), so a listed URI belongs to the upstream that lists it."""
+        await self._refresh(ListKind.RESOURCES, ListKind.RESOURCE_TEMPLATES)
         if (route := self._built.resources.get(uri)) is not None:
             return route.upstream
         for template in self._built.templates:
@@ -226,16 +228,17 @@ class Catalog:
 
     # -- building -------------------------------------------------------------------------
 
-    async def _refresh(self, kind: ListKind) -> None:
+    async def _refresh(self, *kinds: ListKind) -> None:
         waiting = []
         for cache in self._caches:
-            if cache.peek(kind) is None:
-                waiting.append(cache)
-            else:
-                await cache.get(kind)  # answers at once (and may start a background refresh)
+            for kind in kinds:
+                if cache.peek(kind) is None:
+                    waiting.append((cache, kind))
+                else:
+                    await cache.get(kind)  # answers at once (and may start a background refresh)
         if waiting:
             async with anyio.create_task_group() as tg:
-                for cache in waiting:
+                for cache, kind in waiting:
                     tg.start_soon(cache.get, kind)
         self.refresh_routes()
 
@@ -322,6 +325,19 @@ class Catalog:
         self._parts[index] = part
         return part
 
+    def _shadowed(self, upstream: str, uri: str, earlier_templates: list[TemplateRoute]) -> bool:
+        """Whether an earlier upstream's template matches the concrete resource `uri` of `upstream`:
+        the first upstream in config order that serves a URI (listed or by template) owns it, so
+        the later one's resource is left out (warned about once)."""
+        for template in earlier_templates:
+            if template.upstream != upstream and template.pattern.fullmatch(uri):
+                self._warn_once(("resource", upstream, uri),
+                                "resource %r of upstream %s is also served by upstream %s (template %r), which "
+                                "comes first; left out", uri, upstream, template.upstream,
+                                template.definition.get("uriTemplate"))
+                return True
+        return False
+
     def _build(self, key: tuple[int, ...]) -> _Built:
         """Merge the upstreams' routes in config order (the first wins a name); only the routes of
         an upstream whose listing changed are made again, so a rebuild is linear in the routes."""
@@ -346,7 +362,8 @@ class Catalog:
                     built.prompts[prompt_route.name] = prompt_route
             for uri, resource_route in part.resources:
                 earlier_resource = built.resources.get(uri)
-                if not self._taken("resource", cfg.name, uri, earlier_resource.upstream if earlier_resource else None):
+                if not self._taken("resource", cfg.name, uri, earlier_resource.upstream if earlier_resource else None) \
+                        and not self._shadowed(cfg.name, uri, built.templates):
                     built.resources[uri] = resource_route
             for template_route in part.templates:
                 uri_template = template_route.definition["uriTemplate"]

@@ -1,6 +1,6 @@
 """What the tools/call pipeline reports: a span per call and the call metrics, in one object.
 
-The pipeline (gateway/calls.py) calls three things: `call(route)` around the whole call (span,
+The pipeline (gateway/pipeline/calls.py) calls three things: `call(route)` around the whole call (span,
 in-flight gauge, latency, the count by outcome), `fenced(route, decision)` with the fence's
 decision, `attempt(route, n, sending)` around each upstream attempt (its CLIENT span). With telemetry off
 each is a few attribute lookups.

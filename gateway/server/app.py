@@ -97,7 +97,7 @@ def replica_id_for(config: GatewayConfig) -> str:
 
 
 def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: Telemetry | None = None) -> Starlette:
-    """`drain`: SIGTERM's handle (gateway/serve.py); `telemetry`: instead of the config's (tests)."""
+    """`drain`: SIGTERM's handle (gateway/server/serve.py); `telemetry`: instead of the config's (tests)."""
     holder = _RuntimeHolder()
     authenticator = Authenticator(config.auth)
     ops = Operations.from_config(config, drain=drain, telemetry=telemetry, instance_id=replica_id_for(config))

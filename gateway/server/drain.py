@@ -1,4 +1,4 @@
-"""Graceful drain: what SIGTERM does (gateway/serve.py sends it here).
+"""Graceful drain: what SIGTERM does (gateway/server/serve.py sends it here).
 
     drain = Drain()                       # one per process, made before the app
     app = create_app(config, drain=drain) # /readyz reads it; the front is wrapped in DrainGate

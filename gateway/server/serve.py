@@ -1,6 +1,6 @@
 """`dex-gateway serve` in one process: uvicorn on uvloop, and what SIGTERM does.
 
-SIGTERM (or SIGINT) starts a drain (gateway/drain.py): `/readyz` turns 503 and new requests are
+SIGTERM (or SIGINT) starts a drain (gateway/server/drain.py): `/readyz` turns 503 and new requests are
 refused at once; the requests in flight get `server.drain_seconds` to finish; then uvicorn
 closes the connections, the lifespan closes the stores, and the process exits 0. A second signal,
 or the deadline, ends the process at once, still with 0: whatever was cut is a claimed write
@@ -9,7 +9,7 @@ retries. uvicorn's own signal handling is not used: it re-raises the signal afte
 shutdown, so the process would die by it (exit -15) instead of exiting 0.
 
 Under `serve --workers N` each worker runs this on the socket its supervisor bound
-(gateway/workers.py), ignores SIGINT (the supervisor forwards it as SIGTERM) and drains when
+(gateway/server/workers.py), ignores SIGINT (the supervisor forwards it as SIGTERM) and drains when
 the supervisor goes away.
 """
 

@@ -1,7 +1,7 @@
 """`dex-gateway serve --workers N`: N gateway processes on one listening socket (more cores).
 
 The supervisor binds the socket once and starts N workers, each a whole gateway
-(`dex-gateway serve` with the inherited socket: gateway/serve.py) that the kernel hands
+(`dex-gateway serve` with the inherited socket: gateway/server/serve.py) that the kernel hands
 connections to in turn. The gateway is stateless between requests, so any worker answers any
 request; what they share lives in the store (`fences.store`: SQLite in WAL mode, or PostgreSQL).
 

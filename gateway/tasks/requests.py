@@ -1,4 +1,4 @@
-"""Which tools/call goes upstream as an upstream task (the pipeline asks, gateway/calls.py).
+"""Which tools/call goes upstream as an upstream task (the pipeline asks, gateway/pipeline/calls.py).
 
 Every upstream call goes through `UpstreamTaskCall`, which decides once it knows the upstream's era:
 

@@ -7,7 +7,7 @@ is dropped after such an error, and the next request starts a new one.
 
 What the upstream says outside calls (list changes, resource updates) reaches the listeners
 (`list_changed_listeners`, `resource_listeners`); `watch_resource` makes the upstream report the
-updates of a URI for as long as the gateway's clients hold it (gateway/subscriptions.py).
+updates of a URI for as long as the gateway's clients hold it (gateway/pipeline/subscriptions.py).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class Upstream:
         max_answer_bytes: int | None = None,
     ) -> None:
         self.config = config
-        # An HTTP answer (a body, or one SSE event) is not read past this (gateway/limits.py).
+        # An HTTP answer (a body, or one SSE event) is not read past this (gateway/pipeline/limits.py).
         self.max_answer_bytes = max_answer_bytes
         self.name = config.name
         self._task_group = task_group

@@ -148,6 +148,51 @@ upstreams:
 }
 
 
+# Refused at load since the attack round (issue 20): each case is its own test, so the table above
+# (started side by side in one fixture) stays within its time limit on a busy machine.
+REFUSED_AT_LOAD = {
+    # Two tokens of one principal shared one scope: the narrower token got the other's grants.
+    "duplicate_principal": (
+        f"""\
+auth:
+  tokens:
+    - principal: team
+      token_sha256: {"a" * 64}
+      tools: ["notes__list_notes"]
+    - token_sha256: {"b" * 64}
+      principal: team
+upstreams:
+  - name: notes
+    transport: streamable_http
+    url: http://127.0.0.1:9/mcp
+""",
+        7, ["duplicate principal", "'team'", "auth.tokens.1.principal"],
+    ),
+    # `a`'s tool `b__c` and `a__b`'s tool `c` would both be exposed as `a__b__c`.
+    "upstream_name_with_separator": (
+        """\
+upstreams:
+  - name: a
+    transport: streamable_http
+    url: http://127.0.0.1:9/mcp
+  - transport: streamable_http
+    url: http://127.0.0.1:10/mcp
+    name: a__b
+""",
+        7, ["upstreams.1.name", "'a__b'", "'__'"],
+    ),
+    "session_idle_under_sse_retry": (
+        """\
+server:
+  stateful: true
+  sse_retry_ms: 5000
+  session_idle_timeout_seconds: 2
+""",
+        4, ["server.session_idle_timeout_seconds", "server.sse_retry_ms"],
+    ),
+}
+
+
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, subprocess.CompletedProcess[str]]]:
     """Every bad config through `dex-gateway serve`, run side by side (each start costs ~1 s)."""
@@ -196,3 +241,17 @@ def test_missing_config_file(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert str(path) in done.stderr and "not found" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("case", list(REFUSED_AT_LOAD))
+def test_refused_at_load_names_file_line_and_key(tmp_path: Path, case: str) -> None:
+    text, line, words = REFUSED_AT_LOAD[case]
+    path = tmp_path / f"{case}.yaml"
+    path.write_text(text)
+    done = run_gateway_cli("serve", "--config", str(path), "--port", "0", timeout=30)
+    err = done.stderr
+    assert done.returncode == 2, (done.returncode, err)
+    assert "Traceback" not in err, err
+    assert line in [int(m) for m in re.findall(re.escape(str(path)) + r":(\d+)", err)], err
+    for word in words:
+        assert word.lower() in err.lower(), (word, err)

@@ -4,6 +4,7 @@ untrusted upstreams, `prefix: ""`, name collisions, and an upstream that pages i
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,8 @@ from tests.support.gateway import (
     stdio_upstream,
     write_config,
 )
-from tests.support.servers import RunningServer, count_executions, read_executions, start_http_server
+from tests.support.resource_server import SCRIPT_PATH as RESOURCE_SERVER
+from tests.support.servers import REPO_ROOT, RunningServer, count_executions, read_executions, start_http_server
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
 
@@ -183,3 +185,46 @@ def test_tools_cli_json(setup: Setup) -> None:
         assert by_name[name]["effect"] == effect, name
         assert by_name[name]["approval"] == ("recommended" if approval else ""), name
     assert "Traceback" not in done.stderr
+
+
+# -- resources: config order owns a URI --------------------------------------------------------
+
+
+def resource_upstream(name: str, *, resources: tuple[str, ...] = (), templates: tuple[str, ...] = ()) -> dict:
+    """tests/support/resource_server.py as a stdio upstream; its reads answer `<name> served <uri>`."""
+    args = [str(RESOURCE_SERVER), "--transport", "stdio", "--label", name]
+    args += [a for uri in resources for a in ("--resource", uri)]
+    args += [a for t in templates for a in ("--template", t)]
+    return {"name": name, "transport": "stdio", "command": sys.executable, "args": args, "cwd": str(REPO_ROOT)}
+
+
+@pytest.fixture(scope="module")
+def resource_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningGateway]:
+    root = tmp_path_factory.mktemp("resource-order")
+    config = write_config(root, {"upstreams": [
+        resource_upstream("first", templates=("notes://{id}",)),
+        # notes://7 is also first's (by its template, which comes first); other://1 is second's.
+        resource_upstream("second", resources=("notes://7", "other://1")),
+        resource_upstream("third", templates=("other://{x}",)),
+    ]})
+    with start_gateway(config) as gateway:
+        yield gateway
+
+
+async def test_the_first_upstream_in_config_order_owns_a_uri(resource_gateway: RunningGateway, era: str) -> None:
+    """An earlier upstream's template beats a later upstream's concrete resource (and an earlier
+    concrete resource beats a later template): reads go to the first upstream that serves the URI."""
+    async with connect(resource_gateway.url, era) as client:
+        listed = [str(r.uri) for r in (await client.list_resources()).resources]
+        served = {uri: (await client.read_resource(uri)).contents[0].text
+                  for uri in ("notes://7", "notes://8", "other://1", "other://2")}
+    assert served == {
+        "notes://7": "first served notes://7",
+        "notes://8": "first served notes://8",
+        "other://1": "second served other://1",
+        "other://2": "third served other://2",
+    }
+    # A listed URI is one whose reads go to the upstream that listed it.
+    assert listed == ["other://1"]
+    resource_gateway.wait_for_log(r"WARNING .*resource 'notes://7' of upstream second is also served by upstream first "
+                                  r"\(template 'notes://\{id\}'\), which comes first; left out")

@@ -1,4 +1,4 @@
-"""What the tests' fake call relays say about their client (gateway/relay.py `CallRelay`)."""
+"""What the tests' fake call relays say about their client (gateway/upstreams/relay.py `CallRelay`)."""
 
 from __future__ import annotations
 

@@ -374,7 +374,8 @@ def library() -> tuple[FakeListing, FakeListing]:
     notes = FakeListing(http("notes", prefix=""),
                         prompts=[{"name": "summary"}, {"name": "pay__dispute_letter"}],
                         resources=[{"uri": "shared://readme", "name": "notes_readme"},
-                                   {"uri": "notes://inbox/today", "name": "today"}],
+                                   {"uri": "notes://inbox/today", "name": "today"},
+                                   {"uri": "notes://later", "name": "later"}],
                         templates=[{"uriTemplate": "notes://{folder}", "name": "folder"}])
     return pay, notes
 
@@ -399,11 +400,12 @@ async def test_resources_keep_their_uri_and_get_a_prefixed_name() -> None:
 
     resources = {r.definition["uri"]: r for r in await catalog.resources()}
 
-    assert list(resources) == ["payments://policy", "shared://readme", "notes://inbox/today"]
+    # notes://inbox/today is pay's (its template notes://{folder}/{note} comes first): not listed.
+    assert list(resources) == ["payments://policy", "shared://readme", "notes://later"]
     assert resources["payments://policy"].definition == {
         "uri": "payments://policy", "name": "pay__policy", "mimeType": "text/plain"}
     assert resources["shared://readme"].upstream == "pay"  # the same URI from two upstreams: the first wins
-    assert resources["notes://inbox/today"].definition["name"] == "today"  # prefix ""
+    assert resources["notes://later"].definition["name"] == "later"  # prefix ""
     templates = await catalog.resource_templates()
     assert [(t.definition["name"], t.upstream) for t in templates] == [
         ("pay__account", "pay"), ("pay__any_note", "pay"), ("folder", "notes")]
@@ -413,14 +415,14 @@ async def test_resources_keep_their_uri_and_get_a_prefixed_name() -> None:
 @pytest.mark.parametrize(("uri", "upstream"), [
     ("payments://policy", "pay"),              # listed
     ("payments://accounts/main", "pay"),       # a template's expansion
-    ("notes://inbox/today", "notes"),          # listed by notes, though pay's notes://{folder}/{note} matches
+    ("notes://inbox/today", "pay"),            # listed by notes, but pay's notes://{folder}/{note}, first in order, matches
     ("notes://archive/old", "pay"),            # pay's template, first in order
     ("notes://archive", "notes"),              # only notes' template
     ("payments://accounts/", None),            # an expression expands to at least one character
     ("payments://accounts/main/x", "pay"),     # an expansion may hold a slash
     ("other://x", None),
 ])
-async def test_resource_upstream_listed_resource_first_then_template_match(uri: str, upstream: str | None) -> None:
+async def test_resource_upstream_is_the_first_upstream_in_config_order_serving_the_uri(uri: str, upstream: str | None) -> None:
     assert await Catalog(library()).resource_upstream(uri) == upstream
 
 
@@ -498,3 +500,11 @@ async def test_tool_waits_for_listings_only_for_an_unknown_name() -> None:
     assert pay.gets == late.gets == Counter({ListKind.TOOLS: 2})
     assert await catalog.tool("late__put_note") is found
     assert pay.gets[ListKind.TOOLS] == late.gets[ListKind.TOOLS] == 2
+
+
+async def test_a_resource_shadowed_by_an_earlier_template_is_warned_about_naming_both(
+        caplog: pytest.LogCaptureFixture) -> None:
+    await Catalog(library()).resources()
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert "resource 'notes://inbox/today' of upstream notes is also served by upstream pay (template " \
+           "'notes://{folder}/{note}'), which comes first; left out" in warned

@@ -71,3 +71,43 @@ def test_opentelemetry_still_reads_the_sampler_from_the_environment(monkeypatch:
 
     monkeypatch.setenv("OTEL_TRACES_SAMPLER", "always_off")
     assert sampler_from_environment() is ALWAYS_OFF
+
+
+def test_the_manager_still_discards_sessions_through_discard_session() -> None:
+    # The per-principal session count and the event store's bytes are given back there.
+    discard = getattr(StreamableHTTPSessionManager, "_discard_session", None)
+    assert callable(discard), "StreamableHTTPSessionManager._discard_session is gone: session counts never go down"
+    assert list(inspect.signature(discard).parameters) == ["self", "session_id", "transport"]
+    manager_source = inspect.getsource(StreamableHTTPSessionManager)
+    assert manager_source.count("self._discard_session(") >= 3  # DELETE, the session's end, a failed opening
+    assert "self._server_instances: dict[str, StreamableHTTPServerTransport]" in manager_source
+
+
+def test_the_per_principal_cap_counts_admitted_sessions_and_forgets_discarded_ones() -> None:
+    import anyio
+    import pytest
+    from mcp.server.auth.middleware.bearer_auth import AuthorizationContext
+    from mcp.server.lowlevel import Server
+
+    from gateway.errors import SessionLimitReached
+
+    manager = GatewaySessionManager(app=Server("t"), stateless=False, max_sessions_per_principal=2, max_sessions=3)
+    alice = AuthorizationContext(client_id="alice", issuer=None, subject="alice")
+    first, second = manager._admit_session(alice), manager._admit_session(alice)
+    assert first is not None and second is not None and manager.open_sessions("alice") == 2
+    with pytest.raises(SessionLimitReached) as refused:
+        manager._admit_session(alice)
+    assert refused.value.status == 429 and "server.max_sessions_per_principal" in refused.value.message
+    assert manager._admit_session(None) is not None  # without auth only max_sessions applies
+    with pytest.raises(SessionLimitReached) as full:
+        manager._admit_session(AuthorizationContext(client_id="bob", issuer=None, subject="bob"))
+    assert full.value.status == 503 and "server.max_sessions" in full.value.message
+
+    async def discard_twice() -> None:
+        assert first.mcp_session_id is not None
+        await manager._discard_session(first.mcp_session_id, first)
+        await manager._discard_session(first.mcp_session_id, first)  # a DELETE, then the session's end
+
+    anyio.run(discard_twice)
+    assert manager.open_sessions("alice") == 1
+    assert manager._admit_session(alice) is not None

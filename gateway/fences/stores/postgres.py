@@ -12,7 +12,7 @@ Each operation is one statement, atomic at READ COMMITTED: the conditional UPDAT
 re-checks its WHERE clause on the latest row version, which is the compare-and-set.
 
 One round trip each: the claim is one statement (insert, or else read the row there), and the
-pool skips asyncpg's reset query on release (gateway/database.py). Every write commits
+pool skips asyncpg's reset query on release (gateway/storage/database.py). Every write commits
 synchronously: a finished answer acknowledged to the pipeline survives a PostgreSQL crash too.
 """
 

@@ -4,7 +4,7 @@ Writes are atomic and durable: the bytes go to a temporary file in the same dire
 is fsynced, renamed onto its final name, and the directory is fsynced after the rename, so a
 crash leaves either no object or the whole object (and at worst a `.tmp-*` file, removed at the
 next start once it is an hour old). Directories are 0700 and files 0600 whatever the umask
-(gateway/private_files.py). Only plain files are objects: a symlink, a special file (FIFO,
+(gateway/storage/private_files.py). Only plain files are objects: a symlink, a special file (FIFO,
 device, socket) or a file with extra hard links under `sha256/` is refused, never read or
 served. All file work runs in worker threads, off the event loop.
 """
