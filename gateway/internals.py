@@ -11,7 +11,9 @@ somewhere else silently:
   stateful session" that lives as long as the session;
 * the session manager's admission of a new stateful session (`_admit_session`) and the transport's
   SSE event store (`_event_store`): `front/session_manager.py`;
-* OpenTelemetry's sampler chosen by `OTEL_TRACES_SAMPLER` (`_get_from_env_or_default`).
+* OpenTelemetry's sampler chosen by `OTEL_TRACES_SAMPLER` (`_get_from_env_or_default`);
+* the SDK client session's per-era stamp (`_stamp`) and dispatcher (`_dispatcher`), for the
+  requests its typed methods do not know (the agent host's task methods).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "admit_session",
+    "client_raw_request",
     "replace_sdk_tracing",
     "sampler_from_environment",
     "session_connection",
@@ -64,3 +67,13 @@ def sampler_from_environment() -> Sampler:
     from opentelemetry.sdk.trace.sampling import _get_from_env_or_default
 
     return _get_from_env_or_default()
+
+
+async def client_raw_request(session: Any, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    """A request the SDK client's typed methods do not know, stamped for the session's era as the
+    SDK stamps its own and sent through its dispatcher."""
+    data: dict[str, Any] = {"method": method, "params": params}
+    opts: dict[str, Any] = {}
+    session._stamp(data, opts)
+    result: dict[str, Any] = await session._dispatcher.send_raw_request(method, data["params"], opts)
+    return result

@@ -28,6 +28,7 @@ from mcp.shared.exceptions import MCPError
 from gateway.conventions.answers import Answer
 from gateway.conventions.keys import IDEMPOTENCY_KEY
 from gateway.conventions.outcomes import AttemptEvent, Interrupted, NotSent, Replied, RpcError
+from gateway.internals import client_raw_request
 
 from .connection import GatewayConnection, GatewayUnavailable, describe
 
@@ -178,8 +179,4 @@ class TaskCaller:
 
 async def _raw(client: Any, method: str, params: dict[str, Any]) -> dict[str, Any]:
     """A request the SDK's typed methods do not know (tasks), through the client's own dispatcher."""
-    session = client.session
-    data: dict[str, Any] = {"method": method, "params": params}
-    opts: dict[str, Any] = {}
-    session._stamp(data, opts)  # noqa: SLF001 - the SDK's own per-era stamp
-    return await session._dispatcher.send_raw_request(method, data["params"], opts)  # noqa: SLF001
+    return await client_raw_request(client.session, method, params)

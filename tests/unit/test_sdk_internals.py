@@ -111,3 +111,14 @@ def test_the_per_principal_cap_counts_admitted_sessions_and_forgets_discarded_on
     anyio.run(discard_twice)
     assert manager.open_sessions("alice") == 1
     assert manager._admit_session(alice) is not None
+
+
+def test_the_sdk_client_still_stamps_and_dispatches_through_stamp_and_dispatcher() -> None:
+    from mcp.client.session import ClientSession
+
+    source = inspect.getsource(ClientSession)
+    assert "self._stamp" in source and "self._dispatcher" in source, "ClientSession._stamp/_dispatcher moved: host tasks are off"
+    from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
+
+    send = getattr(JSONRPCDispatcher, "send_raw_request", None)
+    assert callable(send) and list(inspect.signature(send).parameters)[:3] == ["self", "method", "params"]
