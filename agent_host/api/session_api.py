@@ -75,40 +75,57 @@ def _resume_after(request: Request) -> int | None:
     return after if after >= 0 else None
 
 
-def session_routes(
-    store: SessionStore, shutdown: anyio.Event, clock: Callable[[], float] = time.time
-) -> list[Route]:
-    async def session_or_404(request: Request) -> str | JSONResponse:
+class SessionApi:
+    """The routes above, one method each, over the session store."""
+
+    def __init__(self, store: SessionStore, shutdown: anyio.Event, clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.shutdown = shutdown
+        self.clock = clock
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/sessions/{session_id}", self.snapshot, methods=["GET"]),
+            Route("/sessions/{session_id}/events", self.events, methods=["GET"]),
+            Route("/sessions/{session_id}/steer", self.steer, methods=["POST"]),
+            Route("/sessions/{session_id}/cancel", self.cancel, methods=["POST"]),
+            Route("/sessions/{session_id}/plan/approve", self.approve_plan, methods=["POST"]),
+            Route("/questions", self.pending_questions, methods=["GET"]),
+            Route("/questions/{question_id}", self.show_question, methods=["GET"]),
+            Route("/questions/{question_id}", self.answer, methods=["POST"]),
+        ]
+
+    async def _session_or_404(self, request: Request) -> str | JSONResponse:
         session_id = request.path_params["session_id"]
-        if await store.get_session(session_id) is None:
+        if await self.store.get_session(session_id) is None:
             return SafeJSONResponse({"error": "no such session"}, status_code=404)
         return session_id
 
-    async def snapshot(request: Request) -> JSONResponse:
-        found = await session_or_404(request)
+    async def snapshot(self, request: Request) -> JSONResponse:
+        found = await self._session_or_404(request)
         if isinstance(found, JSONResponse):
             return found
-        session = await store.get_session(found)
+        session = await self.store.get_session(found)
         assert session is not None
-        turns = await store.turns(found)
+        turns = await self.store.turns(found)
         approvals = [
-            session_events.approval(await card_for_approval(a, store, clock()), a.decided_by, a.reason)
-            for a in await store.pending_approvals(found)
+            session_events.approval(await card_for_approval(a, self.store, self.clock()), a.decided_by, a.reason)
+            for a in await self.store.pending_approvals(found)
         ]
-        usage = await store.usage_totals(found)
+        usage = await self.store.usage_totals(found)
         return SafeJSONResponse(session_events.inert({
             "session_id": found,
-            "now": clock(),
+            "now": self.clock(),
             "turns": [session_events.turn_finished(t) for t in turns],
             "running_turn": next((t.id for t in turns if t.status.value == "running"), None),
             "plan": session_events.plan(session.plan_revision, session.plan_status.value if session.plan_status else None, session.plan),
             "approvals": approvals,
-            "questions": [session_events.question(q) for q in await store.pending_questions(found)],
+            "questions": [session_events.question(q) for q in await self.store.pending_questions(found)],
             "usage": usage.model_dump(mode="json"),
         }))
 
-    async def events(request: Request) -> Response:
-        found = await session_or_404(request)
+    async def events(self, request: Request) -> Response:
+        found = await self._session_or_404(request)
         if isinstance(found, JSONResponse):
             return found
         after = _resume_after(request)
@@ -118,8 +135,8 @@ def session_routes(
         async def stream() -> AsyncIterator[dict[str, str]]:
             last = after
             while True:
-                stopping = shutdown.is_set()  # then one last read: what was committed is sent
-                batch = await store.events_after(found, last, BATCH)
+                stopping = self.shutdown.is_set()  # then one last read: what was committed is sent
+                batch = await self.store.events_after(found, last, BATCH)
                 for event in batch:
                     last = event.id
                     yield {"id": str(event.id), "event": event.type, "data": _event_json(event)}
@@ -127,54 +144,54 @@ def session_routes(
                     if stopping:
                         return
                     with anyio.move_on_after(POLL_SECONDS):
-                        await shutdown.wait()
+                        await self.shutdown.wait()
 
         headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
         return EventSourceResponse(stream(), ping=PING_SECONDS, headers=headers)
 
-    async def control(request: Request, kind: ControlKind, text: str | None, revision: int | None, refusal: str) -> JSONResponse:
-        found = await session_or_404(request)
+    async def _control(self, request: Request, kind: ControlKind, text: str | None, revision: int | None, refusal: str) -> JSONResponse:
+        found = await self._session_or_404(request)
         if isinstance(found, JSONResponse):
             return found
-        recorded: ControlRecord | None = await store.request_control(found, kind, "web", text, revision)
+        recorded: ControlRecord | None = await self.store.request_control(found, kind, "web", text, revision)
         if recorded is None:
             return SafeJSONResponse({"error": refusal}, status_code=409)
         return SafeJSONResponse({"control": session_events.control(recorded, applied=False)}, status_code=202)
 
-    async def steer(request: Request) -> JSONResponse:
+    async def steer(self, request: Request) -> JSONResponse:
         body = await read_body(request, SteerRequest, '{"text": str}')
         if isinstance(body, JSONResponse):
             return body
-        return await control(request, ControlKind.STEER, body.text, None, "no turn is running: nothing to steer")
+        return await self._control(request, ControlKind.STEER, body.text, None, "no turn is running: nothing to steer")
 
-    async def cancel(request: Request) -> JSONResponse:
+    async def cancel(self, request: Request) -> JSONResponse:
         body = await read_body(request, CancelRequest, '{"reason"?: str}')
         if isinstance(body, JSONResponse):
             return body
-        return await control(request, ControlKind.CANCEL, body.reason, None, "no turn is running: nothing to cancel")
+        return await self._control(request, ControlKind.CANCEL, body.reason, None, "no turn is running: nothing to cancel")
 
-    async def approve_plan(request: Request) -> JSONResponse:
+    async def approve_plan(self, request: Request) -> JSONResponse:
         body = await read_body(request, PlanApproval, '{"revision": int}')
         if isinstance(body, JSONResponse):
             return body
         refusal = "that revision is not a draft waiting for approval (or a turn is running)"
-        return await control(request, ControlKind.EXECUTE_PLAN, None, body.revision, refusal)
+        return await self._control(request, ControlKind.EXECUTE_PLAN, None, body.revision, refusal)
 
-    async def pending_questions(request: Request) -> JSONResponse:
-        return SafeJSONResponse({"questions": [session_events.question(q) for q in await store.pending_questions()]})
+    async def pending_questions(self, request: Request) -> JSONResponse:
+        return SafeJSONResponse({"questions": [session_events.question(q) for q in await self.store.pending_questions()]})
 
-    async def question_or_404(request: Request) -> QuestionRecord | JSONResponse:
-        question = await store.get_question(request.path_params["question_id"])
+    async def _question_or_404(self, request: Request) -> QuestionRecord | JSONResponse:
+        question = await self.store.get_question(request.path_params["question_id"])
         return question if question is not None else SafeJSONResponse({"error": "no such question"}, status_code=404)
 
-    async def show_question(request: Request) -> JSONResponse:
-        found = await question_or_404(request)
+    async def show_question(self, request: Request) -> JSONResponse:
+        found = await self._question_or_404(request)
         if isinstance(found, JSONResponse):
             return found
         return SafeJSONResponse({"question": session_events.question(found)})
 
-    async def answer(request: Request) -> JSONResponse:
-        found = await question_or_404(request)
+    async def answer(self, request: Request) -> JSONResponse:
+        found = await self._question_or_404(request)
         if isinstance(found, JSONResponse):
             return found
         body = await read_body(request, AnswerRequest, '{"answer": str} or {"decline": true}')
@@ -186,18 +203,13 @@ def session_routes(
         if not body.decline and found.choices and not found.allows_free_text and text not in found.choices:
             return SafeJSONResponse({"error": "the answer must be one of the choices"}, status_code=400)
         status = QuestionStatus.DECLINED if body.decline else QuestionStatus.ANSWERED
-        result = await store.answer_question(found.id, status, None if body.decline else text, "http", clock())
+        result = await self.store.answer_question(found.id, status, None if body.decline else text, "http", self.clock())
         assert result is not None
         question, replayed = result
         return SafeJSONResponse({"question": session_events.question(question), "replayed": replayed})
 
-    return [
-        Route("/sessions/{session_id}", snapshot, methods=["GET"]),
-        Route("/sessions/{session_id}/events", events, methods=["GET"]),
-        Route("/sessions/{session_id}/steer", steer, methods=["POST"]),
-        Route("/sessions/{session_id}/cancel", cancel, methods=["POST"]),
-        Route("/sessions/{session_id}/plan/approve", approve_plan, methods=["POST"]),
-        Route("/questions", pending_questions, methods=["GET"]),
-        Route("/questions/{question_id}", show_question, methods=["GET"]),
-        Route("/questions/{question_id}", answer, methods=["POST"]),
-    ]
+
+def session_routes(
+    store: SessionStore, shutdown: anyio.Event, clock: Callable[[], float] = time.time
+) -> list[Route]:
+    return SessionApi(store, shutdown, clock).routes()
