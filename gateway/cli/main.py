@@ -15,7 +15,8 @@ from typing import Any
 
 import anyio
 
-from ..server.app import create_app
+from ..pipeline.catalog import ToolRoute
+from ..server.app import Runtime, create_app
 from ..config.model import GatewayConfig, load_config, with_server_overrides
 from ..connectors import validate_cli
 from ..conventions import check_cli
@@ -164,10 +165,11 @@ def _tools(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _collect_tools(config: GatewayConfig) -> list[Any]:
+async def _collect_tools(config: GatewayConfig) -> list[ToolRoute]:
     app = create_app(config)
     async with app.router.lifespan_context(app):
-        return await app.state.runtime.catalog.tools()
+        runtime: Runtime = app.state.runtime
+        return await runtime.catalog.tools()
 
 
 def _print_table(rows: list[dict[str, str]], columns: list[str]) -> None:

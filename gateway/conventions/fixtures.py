@@ -19,6 +19,8 @@ def load_fixtures() -> dict[str, Any]:
     """The whole fixtures document, checked for format and version (read fresh each time)."""
     text = resources.files(__package__).joinpath("fixtures.json").read_text(encoding="utf-8")
     document = json.loads(text)
+    if not isinstance(document, dict):
+        raise ValueError("fixtures.json: the document must be a JSON object")
     if document.get("format") != FIXTURES_FORMAT:
         raise ValueError(f"fixtures.json: format is {document.get('format')!r}, expected {FIXTURES_FORMAT!r}")
     if document.get("version") not in SUPPORTED_VERSIONS:
