@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
+from ..protocol import JsonObject
 from ..storage.private_files import private_file
 from ..storage.database import Database, PoolLease, SqliteConnections, lock_schema, write_transaction
 from ..storage.urls import parse_sqlite_url
@@ -43,7 +44,7 @@ class StoredRegistration(BaseModel):
     connector_id: str
     filename: str
     manifest: str
-    binding: dict[str, Any] | None
+    binding: JsonObject | None
     created_at: str
     updated_at: str
 
