@@ -8,14 +8,14 @@ import logging
 import os
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
-from ..server.app import create_app
+from ..server.app import Runtime, create_app
 from ..config.model import GatewayConfig, load_config, with_server_overrides
 from ..connectors import validate_cli
 from ..conventions import check_cli
@@ -23,6 +23,11 @@ from ..config.durations import parse_duration
 from ..errors import ConfigError
 from ..tasks import admin as tasks_admin
 
+if TYPE_CHECKING:
+    from ..fences import FenceRecord, FenceStore
+    from ..pipeline.catalog import ToolRoute
+
+T = TypeVar("T")
 logger = logging.getLogger("gateway")
 
 
@@ -164,10 +169,11 @@ def _tools(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _collect_tools(config: GatewayConfig) -> list[Any]:
+async def _collect_tools(config: GatewayConfig) -> list[ToolRoute]:
     app = create_app(config)
     async with app.router.lifespan_context(app):
-        return await app.state.runtime.catalog.tools()
+        runtime: Runtime = app.state.runtime
+        return await runtime.catalog.tools()
 
 
 def _print_table(rows: list[dict[str, str]], columns: list[str]) -> None:
@@ -180,13 +186,13 @@ def _print_table(rows: list[dict[str, str]], columns: list[str]) -> None:
 # -- fences -------------------------------------------------------------------------------
 
 
-def _with_store(config_path: str | None, action: Any) -> Any:
+def _with_store(config_path: str | None, action: Callable[[FenceStore], Awaitable[T]]) -> T:
     from ..storage.database import opened
     from ..fences import open_fence_store
 
     config = load_config(config_path)
 
-    async def run() -> Any:
+    async def run() -> T:
         async with opened(open_fence_store(config.fences.store)) as store:
             return await action(store)
 
@@ -203,7 +209,7 @@ def _fences_stats(args: argparse.Namespace) -> int:
 def _fences_show(args: argparse.Namespace) -> int:
     from ..fences import show
 
-    async def action(store: Any) -> Any:
+    async def action(store: FenceStore) -> FenceRecord | None:
         return await show(store, args.principal, args.key)
 
     record = _with_store(args.config, action)
@@ -219,7 +225,7 @@ def _fences_purge(args: argparse.Namespace) -> int:
 
     cutoff = older_than(args.older_than)
 
-    async def action(store: Any) -> Any:
+    async def action(store: FenceStore) -> int:
         return await purge(store, cutoff)
 
     print(f"purged {_with_store(args.config, action)} fences older than {args.older_than}")

@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from ..protocol import JsonObject
 from ..errors import ConfigError
 from .yaml_source import KeyPath, SourcedDocument
 
@@ -62,7 +63,7 @@ def apply_env_overrides(data: Any, doc: SourcedDocument, environ: Mapping[str, s
     return data, located
 
 
-def _set(data: dict[str, Any], path: KeyPath, value: Any, name: str) -> None:
+def _set(data: JsonObject, path: KeyPath, value: Any, name: str) -> None:
     node: Any = data
     for i, part in enumerate(path[:-1]):
         following = path[i + 1]

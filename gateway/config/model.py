@@ -22,8 +22,9 @@ from .yaml_source import SourceError, SourcedDocument, dotted, expand_env, load_
 
 __all__ = [
     "CONFIG_ENV_VAR", "DEFAULT_CONFIG_PATH", "AuthConfig", "ConnectorsConfig", "FencesConfig",
-    "GatewayConfig", "HttpUpstreamConfig", "MediaConfig", "RootConfig", "ServerConfig",
-    "StdioUpstreamConfig", "TasksConfig", "TokenConfig", "ToolPolicyConfig", "UpstreamConfig",
+    "GatewayConfig", "HttpUpstreamConfig", "MediaConfig", "RateConfig", "RateLimitsConfig", "RootConfig",
+    "ServerConfig", "StdioUpstreamConfig", "TasksConfig", "TelemetryConfig", "TokenConfig",
+    "ToolPolicyConfig", "UpstreamConfig",
     "config_from_text", "is_loopback_host", "load_config", "parse_config", "with_server_overrides",
 ]
 

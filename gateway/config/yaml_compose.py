@@ -29,7 +29,7 @@ except ImportError:  # pragma: no cover - PyYAML built without libyaml
     from yaml.reader import Reader
     from yaml.scanner import Scanner
 
-    class _Parser(Reader, Scanner, _PyParser):  # type: ignore[no-redef]
+    class _Parser(Reader, Scanner, _PyParser):  # type: ignore[no-redef, misc]
         def __init__(self, stream: str) -> None:
             Reader.__init__(self, stream)
             Scanner.__init__(self)
@@ -97,7 +97,7 @@ def check_size(text: str, source: str, limits: SourceLimits) -> None:
         raise LimitExceeded(source, None, f"document is over the size limit of {limits.max_bytes} bytes")
 
 
-class _LimitedLoader(Composer, _Parser, SafeConstructor, Resolver):  # type: ignore[misc, valid-type]
+class _LimitedLoader(Composer, _Parser, SafeConstructor, Resolver):  # type: ignore[misc]
     def __init__(self, text: str, source: str, limits: SourceLimits) -> None:
         _Parser.__init__(self, text)
         Composer.__init__(self)

@@ -13,13 +13,14 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeAlias
 
 import yaml
 
+from ..protocol import JsonObject
 from ..errors import ConfigError
 from .yaml_compose import DEFAULT_LIMITS, DuplicateKey, LimitExceeded, SourceError, SourceLimits, check_size, compose
 
@@ -122,9 +123,9 @@ class _Converter:
             return [self.value(child, (*path, i)) for i, child in enumerate(node.value)]
         return self.mapping(node, path)
 
-    def mapping(self, node: yaml.MappingNode, path: KeyPath) -> dict[str, Any]:
-        own: dict[str, Any] = {}
-        merged: dict[str, Any] = {}
+    def mapping(self, node: yaml.MappingNode, path: KeyPath) -> JsonObject:
+        own: JsonObject = {}
+        merged: JsonObject = {}
         for key_node, value_node in node.value:
             if key_node.tag == _MERGE_TAG:
                 # `<<: *defaults` (or a list of them): keys written here win, earlier sources
@@ -153,9 +154,9 @@ class _Converter:
         return sources
 
 
-def _unique_pairs(source: str) -> Any:
-    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
+def _unique_pairs(source: str) -> Callable[[list[tuple[str, Any]]], JsonObject]:
+    def hook(pairs: list[tuple[str, Any]]) -> JsonObject:
+        out: JsonObject = {}
         for key, value in pairs:
             if key in out:
                 raise DuplicateKey(source, None, f"duplicate key {key!r}")

@@ -21,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from ..protocol import JsonObject
 from .errors import BindingConfigError, BindingNotAllowed, ManifestError, RegistrationError, RegistrationNotFound
 from .registry import ConnectorRegistry
 
@@ -32,7 +33,7 @@ class AddRequest(BaseModel):
 
     manifest: str = Field(min_length=1)
     filename: str | None = None
-    binding: dict[str, Any] | None = None
+    binding: JsonObject | None = None
 
     def resolved_filename(self) -> str:
         if self.filename:

@@ -28,6 +28,7 @@ from ..conventions.keys import Effect
 from ..conventions.naming import connector_tool_name
 from ..conventions.outcomes import attempts_for
 from ..config.durations import parse_duration
+from ..protocol import JsonSchema
 from ..config.yaml_source import DEFAULT_LIMITS, KeyPath, SourceError, SourcedDocument, SourceLimits, load_file, load_source
 from .errors import ManifestError
 from .input_schema import UncheckableSchema, check_input_schema
@@ -81,7 +82,7 @@ class Operation(_Frozen):
     optional_flags: bool  # whether the manifest marks optional branches itself
     execution: Execution = Execution()
     agent: AgentBlock | None = None
-    input_schema: dict[str, Any] | None = None
+    input_schema: JsonSchema | None = None
     line: int | None = None
 
     @property
@@ -174,9 +175,10 @@ async def parse_manifest_off_loop(text: str, filename: str, limits: SourceLimits
 
 
 @cache
-def manifest_schema() -> dict[str, Any]:
+def manifest_schema() -> JsonSchema:
     """The JSON Schema of the manifest, kept as JSON in the package."""
-    return json.loads(resources.files(__package__).joinpath("manifest.schema.json").read_text("utf-8"))
+    schema: JsonSchema = json.loads(resources.files(__package__).joinpath("manifest.schema.json").read_text("utf-8"))
+    return schema
 
 
 def _check_schema(doc: SourcedDocument) -> None:

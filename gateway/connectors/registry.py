@@ -21,6 +21,7 @@ import anyio
 import httpx
 from pydantic import BaseModel, ConfigDict
 
+from ..protocol import JsonObject
 from ..errors import StoreError
 from ..storage.database import Database
 from ..config.yaml_source import SourceError, load_file
@@ -62,7 +63,7 @@ class Registration(BaseModel):
     connector_id: str
     source: Literal["config", "api"]
     filename: str
-    binding: dict[str, Any] | None
+    binding: JsonObject | None
     tools: list[ToolSummary]
     not_exposed: list[str]
     created_at: str | None = None

@@ -18,14 +18,18 @@ from __future__ import annotations
 import json
 import sqlite3
 from datetime import UTC, datetime
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
+from ..protocol import JsonObject
 from ..storage.private_files import private_file
 from ..storage.database import Database, PoolLease, SqliteConnections, lock_schema, write_transaction
 from ..storage.urls import parse_sqlite_url
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     import asyncpg
@@ -40,7 +44,7 @@ class StoredRegistration(BaseModel):
     connector_id: str
     filename: str
     manifest: str
-    binding: dict[str, Any] | None
+    binding: JsonObject | None
     created_at: str
     updated_at: str
 
@@ -121,7 +125,7 @@ class SqliteRegistrationStore:
         parsed = parse_sqlite_url(url)
         return cls(parsed.path, busy_timeout_ms=int(parsed.options.get("busy_timeout_ms", 10_000)))
 
-    async def _run(self, fn: Any, *args: Any) -> Any:
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         return await self._connections.run(fn, *args)
 
     async def open(self) -> None:
@@ -146,7 +150,7 @@ class SqliteRegistrationStore:
         return None
 
     async def version(self) -> int:
-        return await self._run(lambda c: c.execute(f"SELECT version FROM {VERSION_TABLE} WHERE id = 1").fetchone()[0])
+        return await self._run(lambda c: int(c.execute(f"SELECT version FROM {VERSION_TABLE} WHERE id = 1").fetchone()[0]))
 
     async def all(self) -> list[StoredRegistration]:
         rows = await self._run(lambda c: c.execute(

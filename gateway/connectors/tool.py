@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
 
 import anyio
 
+from ..protocol import Arguments, ContentBlock, JsonObject, JsonSchema
 from ..conventions.answers import Answer, Dispatched
 from ..conventions.keys import GATEWAY_PREFIX, Effect
 from ..conventions.outcomes import Interrupted, NotSent, rejected, unknown
@@ -41,7 +41,7 @@ class ConnectorTool:
 
     name: str
     description: str
-    input_schema: dict[str, Any]
+    input_schema: JsonSchema
     effect: Effect
     requires_approval: bool
     connector_id: str
@@ -82,7 +82,7 @@ class ConnectorTool:
 
     async def call(
         self,
-        arguments: dict[str, Any],
+        arguments: Arguments,
         *,
         idempotency_key: str | None,
         fence_id: str | None,
@@ -93,7 +93,7 @@ class ConnectorTool:
 
     async def dispatch(
         self,
-        arguments: dict[str, Any],
+        arguments: Arguments,
         *,
         idempotency_key: str | None,
         fence_id: str | None,
@@ -195,14 +195,14 @@ class ConnectorTool:
         answer: Answer,
         call_id: str | None = None,
         attempts: int | None = None,
-        extra: dict[str, Any] | None = None,
+        extra: JsonObject | None = None,
         *,
         already_cut: bool = False,
     ) -> Answer:
         """Cut over-long text (any answer: an error message can be large too) and record the
         Call ID and attempts under the gateway's own prefix."""
         if not already_cut:
-            content: list[dict[str, Any]] = []
+            content: list[ContentBlock] = []
             full_sizes: list[int] = []
             for block in answer.content:
                 if block.get("type") == "text":
@@ -216,5 +216,5 @@ class ConnectorTool:
                 answer = answer.with_meta(**{TRUNCATED_BYTES_KEY: max(full_sizes)})
         if call_id is None:
             return answer
-        record: dict[str, Any] = {"callId": call_id, "attempts": attempts, **(extra or {})}
+        record: JsonObject = {"callId": call_id, "attempts": attempts, **(extra or {})}
         return answer.with_meta(**{CALL_META_KEY: record})

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..protocol import ContentBlock, JsonObject, Meta, Result
 from .keys import OUTCOME_KEY, Outcome
 
 
@@ -16,14 +17,14 @@ class Answer:
     a replay is byte for byte the first answer.
     """
 
-    content: list[dict[str, Any]] = field(default_factory=list)
-    structured_content: dict[str, Any] | None = None
+    content: list[ContentBlock] = field(default_factory=list)
+    structured_content: JsonObject | None = None
     is_error: bool = False
-    meta: dict[str, Any] | None = None
+    meta: Meta | None = None
     # An upstream's `input_required` result (2026-07-28, multi-round-trip): the call is not over
     # yet (the client answers its `inputRequests` and calls again), so it is passed on as it is
     # and never recorded as the call's answer.
-    input_required: dict[str, Any] | None = None
+    input_required: Result | None = None
 
     @property
     def outcome(self) -> Outcome | None:
@@ -34,10 +35,10 @@ class Answer:
         """Text blocks joined with newlines (what a log or a model reads)."""
         return "\n".join(b.get("text", "") for b in self.content if b.get("type") == "text")
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> Result:
         if self.input_required is not None:
             return dict(self.input_required)
-        wire: dict[str, Any] = {"content": self.content, "isError": self.is_error}
+        wire: Result = {"content": self.content, "isError": self.is_error}
         if self.structured_content is not None:
             wire["structuredContent"] = self.structured_content
         if self.meta:
@@ -45,7 +46,7 @@ class Answer:
         return wire
 
     @classmethod
-    def from_wire(cls, wire: dict[str, Any]) -> "Answer":
+    def from_wire(cls, wire: Result) -> "Answer":
         return cls(
             content=list(wire.get("content") or []),
             structured_content=wire.get("structuredContent"),
@@ -58,7 +59,7 @@ class Answer:
                       self.input_required)
 
     @classmethod
-    def error_text(cls, text: str, outcome: Outcome | None = None, meta: dict[str, Any] | None = None) -> "Answer":
+    def error_text(cls, text: str, outcome: Outcome | None = None, meta: Meta | None = None) -> "Answer":
         """An isError answer with one text block; with `outcome`, the Dex key is set."""
         merged = dict(meta or {})
         if outcome is not None:

@@ -17,6 +17,7 @@ from enum import StrEnum
 from fnmatch import fnmatchcase
 from typing import Any, Protocol
 
+from ..protocol import Arguments, JsonObject
 from .effects import Classification, listed_tool_classification
 from .keys import APPROVAL_KEY, APPROVAL_RECOMMENDED, DECLARABLE_EFFECTS, EFFECT_KEY, IDEMPOTENCY_KEY, OUTCOME_KEY
 from .keys import Effect, Outcome
@@ -55,7 +56,7 @@ class RuleResult:
         where = f"tool {self.tool!r}" if self.tool else "server"
         return f"{where}: {self.rule.value}: {self.detail}"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"tool": self.tool, "rule": self.rule.value, "status": self.status.value, "detail": self.detail}
 
 
@@ -126,7 +127,7 @@ def _only_outcome(data: Any) -> Any:
 class ToolServer(Protocol):
     async def list_tools(self) -> list[ListedTool]: ...
 
-    async def call_tool(self, name: str, arguments: dict[str, Any], key: str | None) -> CallAnswer: ...
+    async def call_tool(self, name: str, arguments: Arguments, key: str | None) -> CallAnswer: ...
 
 
 @dataclass(frozen=True)
@@ -155,7 +156,7 @@ class ToolReport:
         approval = "asks approval" if c.requires_approval else "no approval"
         return f"{c.effect.value} ({self.source}), {approval}, {self.attempts}"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         meta = self.tool.meta or {}
         c = self.classification
         return {
@@ -191,7 +192,7 @@ class CheckReport:
     def failures(self) -> list[RuleResult]:
         return [r for r in self.results if r.status is Status.FAIL]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"target": self.target, "allow_writes": self.allow_writes,
                 "server_rules": [r.to_json() for r in self.server_rules],
                 "tools": [t.to_json() for t in self.tools], "passed": self.passed, "failed": self.failed}
@@ -233,7 +234,7 @@ def example_value(schema: Any) -> Any:
     return EXAMPLE_STRING
 
 
-def example_arguments(schema: Mapping[str, Any]) -> dict[str, Any]:
+def example_arguments(schema: Mapping[str, Any]) -> Arguments:
     """Required properties only, each with `example_value`."""
     properties = schema.get("properties") or {}
     return {name: example_value(properties.get(name)) for name in schema.get("required") or []}
@@ -255,7 +256,7 @@ def _other_value(schema: Any, current: Any) -> tuple[bool, Any]:
     return False, None
 
 
-def variant_arguments(schema: Mapping[str, Any], arguments: Mapping[str, Any]) -> dict[str, Any] | None:
+def variant_arguments(schema: Mapping[str, Any], arguments: Mapping[str, Any]) -> Arguments | None:
     """`arguments` with one value changed (or one optional property added); None when impossible."""
     properties = schema.get("properties") or {}
     for name, value in arguments.items():

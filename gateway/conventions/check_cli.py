@@ -12,7 +12,7 @@ import shlex
 import sys
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
-from typing import TYPE_CHECKING, Any, TextIO, cast
+from typing import TYPE_CHECKING, TextIO, cast
 
 import anyio
 import httpx2
@@ -21,6 +21,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from ..protocol import Arguments
 from .check import CallAnswer, CheckReport, ListedTool, Status, run_checks
 from .keys import IDEMPOTENCY_KEY
 from .outcomes import rpc_error_text
@@ -146,7 +147,7 @@ class McpToolServer:
             if not cursor:
                 return tools
 
-    async def call_tool(self, name: str, arguments: dict[str, Any], key: str | None) -> CallAnswer:
+    async def call_tool(self, name: str, arguments: Arguments, key: str | None) -> CallAnswer:
         try:
             client = await self._connected()
             result = await client.call_tool(name, arguments, read_timeout_seconds=self._timeout,

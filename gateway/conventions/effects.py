@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..protocol import JsonObject, Meta
 from .keys import APPROVAL_KEY, APPROVAL_RECOMMENDED, DECLARABLE_EFFECTS, EFFECT_KEY, Effect
 
 READ_ONLY_HINT = "readOnlyHint"
@@ -121,7 +122,7 @@ def _policy_approval(policy: ToolPolicy, otherwise: bool) -> bool:
     return policy.requires_approval if policy.requires_approval is not None else otherwise
 
 
-def publish_tool_meta(upstream_meta: Mapping[str, Any] | None, c: Classification) -> dict[str, Any]:
+def publish_tool_meta(upstream_meta: Mapping[str, Any] | None, c: Classification) -> Meta:
     """The tool's `_meta` in the gateway's tools/list: upstream entries plus the resolved keys."""
     published = {k: v for k, v in (upstream_meta or {}).items() if k not in (EFFECT_KEY, APPROVAL_KEY)}
     if c.effect.declared_value is not None:
@@ -133,7 +134,7 @@ def publish_tool_meta(upstream_meta: Mapping[str, Any] | None, c: Classification
 
 def publish_annotations(
     upstream_annotations: Mapping[str, Any] | None, c: Classification, *, trusted: bool
-) -> dict[str, Any]:
+) -> JsonObject:
     """Annotations that make an annotations-only client derive the same effect as the keys.
 
     The two hints that classify are always the gateway's own. From an untrusted upstream only

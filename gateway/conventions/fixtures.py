@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import json
 from importlib import resources
-from typing import Any
+
+from ..protocol import JsonObject
 
 FIXTURES_FORMAT = "dex-conventions-fixtures"
 SUPPORTED_VERSIONS = frozenset({1})
 
 
-def load_fixtures() -> dict[str, Any]:
+def load_fixtures() -> JsonObject:
     """The whole fixtures document, checked for format and version (read fresh each time)."""
     text = resources.files(__package__).joinpath("fixtures.json").read_text(encoding="utf-8")
     document = json.loads(text)
+    if not isinstance(document, dict):
+        raise ValueError("fixtures.json: the document must be a JSON object")
     if document.get("format") != FIXTURES_FORMAT:
         raise ValueError(f"fixtures.json: format is {document.get('format')!r}, expected {FIXTURES_FORMAT!r}")
     if document.get("version") not in SUPPORTED_VERSIONS:
@@ -28,7 +31,7 @@ def load_fixtures() -> dict[str, Any]:
     return document
 
 
-def cases(section: str) -> list[dict[str, Any]]:
+def cases(section: str) -> list[JsonObject]:
     """The cases of one section; a missing section is an error, never an empty test run."""
     sections = load_fixtures()["sections"]
     if section not in sections:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 from datetime import datetime, timedelta, timezone
-from typing import Any
 
+from ..protocol import JsonObject
 from .ids import fence_id
 from .records import FenceRecord
 from .store import FenceStore
@@ -15,7 +15,7 @@ def _iso(ts: float | None) -> str | None:
     return None if ts is None else datetime.fromtimestamp(ts, timezone.utc).isoformat()
 
 
-async def stats(store: FenceStore) -> dict[str, Any]:
+async def stats(store: FenceStore) -> JsonObject:
     s = await store.stats()
     return {
         "total": s.total,

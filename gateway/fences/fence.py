@@ -26,6 +26,7 @@ import anyio
 
 from gateway.conventions.keys import Effect
 
+from ..protocol import Result
 from .ids import fence_id, fingerprint
 from .outcomes import (
     BeginResult,
@@ -152,7 +153,7 @@ class Fences:
 
     async def settle(
         self, *, principal: str, key: str, tool: str, arguments: Mapping[str, Any] | None, effect: Effect,
-        answer: dict[str, Any],
+        answer: Result,
     ) -> tuple[bool, FenceRecord]:
         """Claim a new key as done at once, with `answer` (a task handle: the work runs as a task that
         keeps its own record, gateway/tasks/). One insert: (True, the record) when the key was new;
@@ -279,11 +280,11 @@ class Fences:
 
     # -- ending ------------------------------------------------------------------------
 
-    async def complete(self, ticket: Ticket, answer: dict[str, Any]) -> bool:
+    async def complete(self, ticket: Ticket, answer: Result) -> bool:
         """Store the answer (Answer wire form) for every retry. False if the fence was lost."""
         return await self._finish(ticket, FenceState.DONE, answer)
 
-    async def mark_unknown(self, ticket: Ticket, answer: dict[str, Any] | None = None) -> bool:
+    async def mark_unknown(self, ticket: Ticket, answer: Result | None = None) -> bool:
         """The upstream outcome is unknown (e.g. the connection broke after sending)."""
         return await self._finish(ticket, FenceState.UNKNOWN, answer)
 
@@ -298,7 +299,7 @@ class Fences:
 
         return await self._final_write(ticket, attempt, confirm)
 
-    async def _finish(self, ticket: Ticket, state: FenceState, answer: dict[str, Any] | None) -> bool:
+    async def _finish(self, ticket: Ticket, state: FenceState, answer: Result | None) -> bool:
         async def attempt() -> bool:
             return await self.store.finish(
                 ticket.fence_id,

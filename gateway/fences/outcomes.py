@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
 from gateway.conventions.keys import REPLAYED_KEY, Effect
 
+from ..protocol import Result
 from .records import Owner
 
 
@@ -42,7 +42,7 @@ class Replay:
     """The stored answer of the first call, marked with REPLAYED_KEY; upstream not called."""
 
     fence_id: str
-    answer: dict[str, Any]
+    answer: Result
 
 
 class UnknownReason(StrEnum):
@@ -57,7 +57,7 @@ class FenceUnknown:
     reason: UnknownReason
     text: str
     # For STORED: the answer given to `mark_unknown`, if any (Answer wire form).
-    answer: dict[str, Any] | None = None
+    answer: Result | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +71,7 @@ class FenceRejected:
 BeginResult = Proceed | Replay | FenceUnknown | FenceRejected
 
 
-def mark_replayed(answer: dict[str, Any]) -> dict[str, Any]:
+def mark_replayed(answer: Result) -> Result:
     """A copy of a stored wire answer with `_meta[REPLAYED_KEY] = True`.
 
     Only the top level and `_meta` are new objects: the stored content is passed through

@@ -11,6 +11,8 @@ from typing import Any
 
 from gateway.conventions.keys import Effect
 
+from ..protocol import JsonObject, Result
+
 
 class FenceState(StrEnum):
     PENDING = "pending"  # claimed; the owner is (or was) sending the call upstream
@@ -50,14 +52,14 @@ class FenceRecord:
     owner: Owner | None
     lease_until: float | None
     # The answer in Answer wire form (opaque here): set for done, optional for unknown.
-    answer: dict[str, Any] | None
+    answer: Result | None
     created_at: float
     updated_at: float
     # Number of claims (1 + takeovers); also the fencing token every owner update checks,
     # so a holder that lost its fence can never overwrite its successor.
     attempts: int
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         """JSON-ready view for operators (`dex-gateway fences show`)."""
         data = asdict(self)
         data["effect"] = self.effect.value
@@ -78,12 +80,12 @@ class FenceStats:
     newest_updated_at: float | None
 
 
-def dump_answer(answer: dict[str, Any] | None) -> str | None:
+def dump_answer(answer: Result | None) -> str | None:
     # Kept as text (not JSONB) so key order and content survive exactly for replays.
     return None if answer is None else json.dumps(answer, ensure_ascii=False, separators=(",", ":"))
 
 
-def load_answer(text: str | None) -> dict[str, Any] | None:
+def load_answer(text: str | None) -> Result | None:
     return None if text is None else json.loads(text)
 
 

@@ -9,8 +9,9 @@ return False, changing nothing, when someone else got there first.
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Any, Protocol, Self, runtime_checkable
+from typing import Protocol, Self, runtime_checkable
 
+from ..protocol import Result
 from ..storage.database import Database
 from .records import FenceRecord, FenceState, FenceStats, Owner
 
@@ -53,7 +54,7 @@ class FenceStore(Protocol):
         expected: Owner,
         attempts: int,
         state: FenceState,
-        answer: dict[str, Any] | None,
+        answer: Result | None,
         now: float,
     ) -> bool:
         """pending held by (expected, attempts) → done/unknown with `answer`, lease cleared."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from starlette.types import Message, Receive, Scope, Send
 
@@ -14,7 +14,8 @@ _JSON = b"application/json"
 
 def header(scope: Scope, name: bytes) -> bytes | None:
     """The first value of request header `name` (lower-case bytes), or None."""
-    for key, value in scope["headers"]:
+    headers: Iterable[tuple[bytes, bytes]] = scope["headers"]
+    for key, value in headers:
         if key == name:
             return value
     return None

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..protocol import ContentBlock
 from .formats import EXTENSIONS
 
 __all__ = [
@@ -74,9 +75,9 @@ def _hash_after(text: str, prefix: str) -> str | None:
     return rest if SHA256_HEX.match(rest) else None
 
 
-def image_blocks(n: int, reference: ImageReference, annotations: Any = None) -> list[dict[str, Any]]:
+def image_blocks(n: int, reference: ImageReference, annotations: Any = None) -> list[ContentBlock]:
     """What one stored image becomes in a result: `[image <n>]`, then its resource_link."""
-    link: dict[str, Any] = {
+    link: ContentBlock = {
         "type": "resource_link",
         "uri": reference.uri,
         "name": reference.file_name,

@@ -17,11 +17,11 @@ import base64
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 from starlette.types import Receive, Scope, Send
 
+from ..protocol import Result
 from ..errors import InvalidImage, MediaStoreError, RequestError
 from ..auth.principals import ANONYMOUS, PRINCIPAL_SCOPE_KEY
 from .formats import EXTENSIONS, image_type
@@ -66,7 +66,7 @@ class MediaReader:
         """Whether `uri` is a gateway media uri (answered here, never by an upstream)."""
         return sha256_of_uri(uri) is not None
 
-    async def read_resource(self, principal: str, uri: str) -> dict[str, Any]:
+    async def read_resource(self, principal: str, uri: str) -> Result:
         """The `resources/read` result of a media uri: one blob; RequestError when not readable."""
         sha256 = sha256_of_uri(uri)
         try:

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import Any
 
+from ..protocol import ContentBlock
 from ..conventions.answers import Answer
 from ..conventions.keys import Outcome
 from ..errors import InvalidImage, MediaStoreError
@@ -90,12 +90,12 @@ class MediaStage:
         return [references[image.sha256] for image in images]
 
 
-def _replaced(answer: Answer, replacements: dict[int, list[dict[str, Any]]]) -> Answer:
-    content: Iterable[list[dict[str, Any]]] = (replacements.get(i, [block]) for i, block in enumerate(answer.content))
+def _replaced(answer: Answer, replacements: dict[int, list[ContentBlock]]) -> Answer:
+    content: Iterable[list[ContentBlock]] = (replacements.get(i, [block]) for i, block in enumerate(answer.content))
     return Answer([b for blocks in content for b in blocks], answer.structured_content, answer.is_error, answer.meta)
 
 
-def _text(text: str) -> dict[str, Any]:
+def _text(text: str) -> ContentBlock:
     return {"type": "text", "text": text}
 
 

@@ -20,8 +20,8 @@ import binascii
 import hashlib
 import re
 from dataclasses import dataclass
-from typing import Any
 
+from ..protocol import ContentBlock
 from ..errors import InvalidImage
 from .formats import image_type
 
@@ -76,7 +76,7 @@ def decode_canonical(text: str, max_bytes: int) -> bytes:
     return data
 
 
-def check_image(block: dict[str, Any], rules: ImageRules) -> ValidImage:
+def check_image(block: ContentBlock, rules: ImageRules) -> ValidImage:
     """An `image` content block checked against every rule; InvalidImage otherwise."""
     text = block.get("data")
     if not isinstance(text, str):

@@ -43,7 +43,7 @@ from .operations import Operations
 from ..auth.scope import PrincipalScope
 from ..pipeline.limits import upstream_answer_cap
 from ..pipeline.subscriptions import ResourceWatch
-from ..protocol import SERVER_INFO
+from ..protocol import SERVER_INFO, JsonObject
 from ..supervision import Supervisor
 from ..tasks import ObservedTaskStore, TaskRecord, Tasks
 from ..tasks.runtime import open_tasks_store, start_tasks, task_requests
@@ -178,7 +178,7 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
         except Exception:  # noqa: BLE001 - readiness reports any failure as "not ready", never raises
             logger.warning("readiness: the fence store did not answer", exc_info=True)
             return JSONResponse({"status": "store unavailable"}, status_code=503)
-        body: dict[str, Any] = {"status": "ready"}
+        body: JsonObject = {"status": "ready"}
         if _may_see_detail(authenticator, request):
             body.update(upstreams=list(runtime.upstreams), catalog_listed=runtime.catalog_listed)
             refused = {c.upstream.name: reasons for c in runtime.caches if (reasons := c.refusals())}

@@ -23,6 +23,7 @@ from opentelemetry import propagate, trace
 from opentelemetry.trace import Span, SpanKind, StatusCode, Tracer
 from opentelemetry.util.types import AttributeValue
 
+from ..protocol import Params
 from ..conventions.outcomes import Interrupted, NotSent
 
 __all__ = [
@@ -120,7 +121,7 @@ def front_span(
     headers: Mapping[str, str] | None = None,
 ) -> Iterator[FrontSpan]:
     """A SERVER span named `{method} {target}`, current (with the tracer) for the body."""
-    attributes: dict[str, Any] = {METHOD: method}
+    attributes: dict[str, AttributeValue] = {METHOD: method}
     if protocol_version:
         attributes[PROTOCOL] = protocol_version
     if request_id is not None:
@@ -190,8 +191,8 @@ def _entered(span: Span, ctx: otel_context.Context) -> Iterator[Span]:
 
 
 def upstream_request_span(
-    upstream: str, method: str, params: dict[str, Any] | None
-) -> AbstractContextManager[dict[str, Any] | None]:
+    upstream: str, method: str, params: Params | None
+) -> AbstractContextManager[Params | None]:
     """Around one request to an upstream: yields `params` with the current trace context in its
     `_meta`. Outside a pipeline attempt (passthrough requests) the request gets a CLIENT span of
     its own. Untraced: yields `params` unchanged, at the cost of one context lookup."""
@@ -201,12 +202,12 @@ def upstream_request_span(
 
 
 @contextmanager
-def _upstream_request_span(upstream: str, method: str, params: dict[str, Any] | None) -> Iterator[dict[str, Any] | None]:
+def _upstream_request_span(upstream: str, method: str, params: Params | None) -> Iterator[Params | None]:
     if otel_context.get_value(_IN_ATTEMPT_KEY):
         yield inject_meta(params)
         return
     target = (params or {}).get("name") or (params or {}).get("uri")
-    attributes: dict[str, Any] = {METHOD: method, UPSTREAM: upstream}
+    attributes: dict[str, AttributeValue] = {METHOD: method, UPSTREAM: upstream}
     if method == "tools/call" and isinstance(target, str):
         attributes[TOOL] = target
     elif method.startswith("resources/") and isinstance(target, str):
@@ -216,7 +217,7 @@ def _upstream_request_span(upstream: str, method: str, params: dict[str, Any] | 
         yield inject_meta(params)
 
 
-def inject_meta(params: dict[str, Any] | None) -> dict[str, Any] | None:
+def inject_meta(params: Params | None) -> Params | None:
     """`params` with the current span's `traceparent` in its `_meta` (a copy; the caller's dict
     and its `_meta` are not changed). Unchanged when nothing is traced."""
     if current_tracer() is None:

@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
+from ...protocol import JsonObject
 from ..errors import BindingConfigError
 
 _CALLABLE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
@@ -101,5 +102,5 @@ def parse_binding(data: Any, *, where: str) -> HttpBindingConfig | PythonBinding
         raise BindingConfigError(f"{where}: invalid binding: {problems}") from None
 
 
-def binding_to_json(binding: HttpBindingConfig | PythonBindingConfig) -> dict[str, Any]:
+def binding_to_json(binding: HttpBindingConfig | PythonBindingConfig) -> JsonObject:
     return binding.model_dump(mode="json", exclude_none=True)

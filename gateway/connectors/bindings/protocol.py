@@ -12,18 +12,20 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ...protocol import Arguments, JsonObject
+
 
 class ConnectorRequest(BaseModel):
     model_config = ConfigDict(frozen=True, populate_by_name=True)
 
     connector: str
     operation: str
-    input: dict[str, Any]
+    input: Arguments
     call_id: str = Field(alias="callId")
     idempotency_key: str | None = Field(alias="idempotencyKey")
     attempt: int
 
-    def wire(self) -> dict[str, Any]:
+    def wire(self) -> JsonObject:
         return self.model_dump(by_alias=True)
 
 

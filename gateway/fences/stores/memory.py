@@ -5,8 +5,9 @@ from __future__ import annotations
 import copy
 import dataclasses
 from types import TracebackType
-from typing import Any, Self
+from typing import Self
 
+from ...protocol import Result
 from ..records import FenceRecord, FenceState, FenceStats, Owner
 
 
@@ -79,7 +80,7 @@ class MemoryFenceStore:
         expected: Owner,
         attempts: int,
         state: FenceState,
-        answer: dict[str, Any] | None,
+        answer: Result | None,
         now: float,
     ) -> bool:
         rec = self._held(fence_id, expected, attempts)

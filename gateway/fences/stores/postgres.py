@@ -24,6 +24,7 @@ from typing import Any, Self
 
 import asyncpg
 
+from ...protocol import Result
 from ...storage.database import Database, PoolLease
 from ..records import COLUMNS, FenceRecord, FenceState, FenceStats, Owner, dump_answer, record_from_row, record_to_row
 
@@ -186,7 +187,7 @@ class PostgresFenceStore:
         expected: Owner,
         attempts: int,
         state: FenceState,
-        answer: dict[str, Any] | None,
+        answer: Result | None,
         now: float,
     ) -> bool:
         if state is FenceState.PENDING:

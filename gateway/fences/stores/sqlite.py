@@ -25,6 +25,7 @@ from typing import Any, Self, TypeVar
 import anyio
 import anyio.to_thread
 
+from ...protocol import Result
 from ...storage.database import write_transaction
 from ...errors import StoreError
 from ...storage.private_files import private_file
@@ -247,7 +248,7 @@ class SqliteFenceStore:
         expected: Owner,
         attempts: int,
         state: FenceState,
-        answer: dict[str, Any] | None,
+        answer: Result | None,
         now: float,
     ) -> bool:
         if state is FenceState.PENDING:
