@@ -195,12 +195,23 @@ def create_tasks(url: str, count: int, seconds: float) -> tuple[list[str], list[
 
 
 def task_states(db: Path) -> tuple[Counter[str], Counter[str]]:
-    """(tasks per status, failed tasks per status message), read from the gateway's SQLite file."""
+    """(tasks per status, tasks that did not succeed per message), read from the gateway's SQLite
+    file. A failed task's message is its status message; a task completed with an error result
+    (a tool error: the call was not sent, or the upstream said no) is counted by its text."""
     with contextlib.closing(sqlite3.connect(db, timeout=30)) as conn:
-        statuses = Counter({s: n for s, n in conn.execute("SELECT status, count(*) FROM dex_tasks GROUP BY status")})
-        failed = Counter({str(m): n for m, n in conn.execute(
-            "SELECT status_message, count(*) FROM dex_tasks WHERE status = 'failed' GROUP BY status_message")})
-    return statuses, failed
+        rows = conn.execute("SELECT status, status_message, result FROM dex_tasks").fetchall()
+    statuses: Counter[str] = Counter()
+    failures: Counter[str] = Counter()
+    for status, message, result in rows:
+        statuses[status] += 1
+        if status == "failed":
+            failures[f"failed: {message}"] += 1
+        elif status == "completed" and result:
+            answer = json.loads(result)
+            if answer.get("isError"):
+                text = "".join(c.get("text", "") for c in answer.get("content", []) if isinstance(c, dict))
+                failures[f"error result: {text}"] += 1
+    return statuses, failures
 
 
 def dead_spells(probes: list[Probe]) -> list[tuple[float, float]]:
@@ -251,14 +262,16 @@ def run_under_limit(tmp_path: Path, *, tasks: int, nofile: int, seconds: float) 
             ended = time.monotonic()
             time.sleep(1.0)  # a few probes after the end
             log = gateway.log
-    return {"ids": ids, "refused": refused, "statuses": statuses, "failed": failed, "probes": watch.probes,
+        upstream_stats = httpx.get(upstream.rsplit("/", 1)[0] + "/stats", timeout=10).json()
+    return {"upstream": upstream_stats, "ids": ids, "refused": refused, "statuses": statuses, "failed": failed, "probes": watch.probes,
             "fd_peak": watch.fd_peak, "create_seconds": created - started, "end_seconds": ended - started,
             "restarted": restarted, "log": log}
 
 
 def check(report: dict[str, Any], *, tasks: int, nofile: int) -> None:
     probes: list[Probe] = report["probes"]
-    summary = {k: report[k] for k in ("statuses", "failed", "fd_peak", "create_seconds", "end_seconds", "restarted")}
+    summary = {k: report[k] for k in ("statuses", "failed", "fd_peak", "create_seconds", "end_seconds", "restarted",
+                                        "upstream")}
     summary["probes"] = Counter((p.health, p.mcp) for p in probes)
     summary["refused"] = Counter(json.dumps(m)[:200] for _, m in report["refused"])
     print(f"\n{tasks} tasks under --nofile={nofile}: {summary}")
@@ -274,7 +287,8 @@ def check(report: dict[str, Any], *, tasks: int, nofile: int) -> None:
     # Every task ended; a failed one says why.
     statuses: Counter[str] = report["statuses"]
     assert sum(statuses.get(s, 0) for s in TERMINAL) == len(report["ids"]), f"tasks not ended: {summary}"
-    assert all(message and message != "None" and "Traceback" not in message for message in report["failed"]), summary
+    assert all(message.split(": ", 1)[1] not in ("", "None") and "Traceback" not in message
+               for message in report["failed"]), summary
     assert report["fd_peak"] < nofile, summary
 
 
