@@ -231,11 +231,13 @@ def dead_spells(probes: list[Probe]) -> list[tuple[float, float]]:
     return spells
 
 
-def run_under_limit(tmp_path: Path, *, tasks: int, nofile: int, seconds: float) -> dict[str, Any]:
+def run_under_limit(tmp_path: Path, *, tasks: int, nofile: int, seconds: float,
+                    max_connections: int | None = None) -> dict[str, Any]:
     db = tmp_path / "gateway.db"
+    pool = {} if max_connections is None else {"max_connections": max_connections}
     with slow_upstream() as upstream:
         config = write_config(tmp_path, {
-            "upstreams": [http_upstream("slow", upstream), http_upstream("probe", upstream)],
+            "upstreams": [http_upstream("slow", upstream, **pool), http_upstream("probe", upstream)],
             "fences": {"store": f"sqlite:///{db}"},
             "tasks": {"sweep_interval_seconds": 2},
         })
@@ -297,8 +299,19 @@ def test_300_slow_tasks_under_256_open_files(tmp_path: Path) -> None:
     check(report, tasks=300, nofile=256)
 
 
+def test_a_pool_larger_than_the_open_file_limit_is_held_back_by_the_limit(tmp_path: Path) -> None:
+    """`max_connections` set past what the limit allows: the open files run short before the pool
+    does, so new connections are refused near the limit and the store keeps its files."""
+    report = run_under_limit(tmp_path, tasks=300, nofile=256, seconds=2, max_connections=1000)
+    check(report, tasks=300, nofile=256)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_2000_slow_tasks_under_1024_open_files(tmp_path: Path) -> None:
-    report = run_under_limit(tmp_path, tasks=2000, nofile=1024, seconds=5)
+@pytest.mark.parametrize(("max_connections", "seconds"), [(None, 5), (1500, 20)],
+                         ids=["default-pool", "pool-past-the-limit"])
+def test_2000_slow_tasks_under_1024_open_files(tmp_path: Path, max_connections: int | None, seconds: float) -> None:
+    """The default pool (100): most tasks wait for a connection. A pool past the limit (and a sleep
+    long enough that more tasks run at once than the limit has files): the limit holds them back."""
+    report = run_under_limit(tmp_path, tasks=2000, nofile=1024, seconds=seconds, max_connections=max_connections)
     check(report, tasks=2000, nofile=1024)
