@@ -232,47 +232,64 @@ def dead_spells(probes: list[Probe]) -> list[tuple[float, float]]:
     return spells
 
 
+def wait_ready(url: str, timeout: float = 30) -> None:
+    """Until `/mcp` answers (a gateway answers 503 "gateway is starting" just after it listens)."""
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    deadline = time.monotonic() + timeout
+    while httpx.post(url, headers=HEADERS, json=body, timeout=30).status_code == 503:
+        assert time.monotonic() < deadline, f"the gateway still starting after {timeout} s"
+        time.sleep(0.05)
+
+
 def run_under_limit(tmp_path: Path, *, tasks: int, nofile: int, seconds: float,
                     max_connections: int | None = None) -> dict[str, Any]:
     db = tmp_path / "gateway.db"
     pool = {} if max_connections is None else {"max_connections": max_connections}
-    background: list[str] = []
     with slow_upstream() as upstream:
         config = write_config(tmp_path, {
             "upstreams": [http_upstream("slow", upstream, **pool), http_upstream("probe", upstream)],
             "fences": {"store": f"sqlite:///{db}"},
             "tasks": {"sweep_interval_seconds": 2},
         })
-        with start_gateway(config, prefix=("prlimit", f"--nofile={nofile}:{nofile}")) as gateway, Watch(gateway) as watch:
-            time.sleep(1.0)  # a few probes of the idle gateway first
-            started = time.monotonic()
-            ids, refused = create_tasks(gateway.url, tasks, seconds)
-            created = time.monotonic()
-            # A task waits at most the pool timeout for a connection, then runs `seconds`.
-            deadline = created + POOL_TIMEOUT + seconds + 30
-            restarted = False
-            while True:
-                statuses, failed = task_states(db)
-                if sum(statuses.get(s, 0) for s in TERMINAL) >= len(ids):
-                    break
-                if not restarted and (watch.unhealthy() or gateway.process is None or gateway.process.poll() is not None):
-                    # Reported unhealthy: an orchestrator restarts it; then the lost-task rule ends them.
-                    gateway.restart()
-                    restarted = True
-                    deadline = time.monotonic() + 15 + 2 + 30  # lease, sweep, margin
-                if time.monotonic() > deadline:
-                    break
-                time.sleep(0.5)
-            ended = time.monotonic()
-            time.sleep(1.0)  # a few probes after the end
-            log = gateway.log
-            with contextlib.suppress(httpx.HTTPError):
-                metrics = httpx.get(gateway.base + "/metrics", timeout=10).text
-                background = [line for line in metrics.splitlines() if line.startswith("dex_gateway_background_failures")]
-        upstream_stats = httpx.get(upstream.rsplit("/", 1)[0] + "/stats", timeout=10).json()
-    return {"upstream": upstream_stats, "background_failures": background, "ids": ids, "refused": refused, "statuses": statuses, "failed": failed, "probes": watch.probes,
-            "fd_peak": watch.fd_peak, "create_seconds": created - started, "end_seconds": ended - started,
-            "restarted": restarted, "log": log}
+        with start_gateway(config, prefix=("prlimit", f"--nofile={nofile}:{nofile}")) as gateway:
+            wait_ready(gateway.url)
+            with Watch(gateway) as watch:
+                report = _load(gateway, watch, db, tasks=tasks, seconds=seconds)
+            report.update(probes=watch.probes, fd_peak=watch.fd_peak)
+        report["upstream"] = httpx.get(upstream.rsplit("/", 1)[0] + "/stats", timeout=10).json()
+    return report
+
+
+def _load(gateway: RunningGateway, watch: Watch, db: Path, *, tasks: int, seconds: float) -> dict[str, Any]:
+    """Create the tasks and wait for their ends (restarting a gateway that reports unhealthy)."""
+    time.sleep(1.0)  # a few probes of the idle gateway first
+    started = time.monotonic()
+    ids, refused = create_tasks(gateway.url, tasks, seconds)
+    created = time.monotonic()
+    # A task waits at most the pool timeout for a connection, then runs `seconds`.
+    deadline = created + POOL_TIMEOUT + seconds + 30
+    restarted = False
+    while True:
+        statuses, failed = task_states(db)
+        if sum(statuses.get(s, 0) for s in TERMINAL) >= len(ids):
+            break
+        if not restarted and (watch.unhealthy() or gateway.process is None or gateway.process.poll() is not None):
+            # Reported unhealthy: an orchestrator restarts it; then the lost-task rule ends them.
+            gateway.restart()
+            restarted = True
+            deadline = time.monotonic() + 15 + 2 + 30  # lease, sweep, margin
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    ended = time.monotonic()
+    time.sleep(1.0)  # a few probes after the end
+    background: list[str] = []
+    with contextlib.suppress(httpx.HTTPError):
+        metrics = httpx.get(gateway.base + "/metrics", timeout=10).text
+        background = [line for line in metrics.splitlines() if line.startswith("dex_gateway_background_failures")]
+    return {"ids": ids, "refused": refused, "statuses": statuses, "failed": failed, "background_failures": background,
+            "create_seconds": created - started, "end_seconds": ended - started, "restarted": restarted,
+            "log": gateway.log}
 
 
 def check(report: dict[str, Any], *, tasks: int, nofile: int) -> None:
