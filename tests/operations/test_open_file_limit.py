@@ -92,7 +92,9 @@ def unclear(status: int, message: dict[str, Any]) -> str | None:
     error = message.get("error")
     if isinstance(error, dict):
         words = str(error.get("message", "")).strip()
-        if not words or words.lower().rstrip(".") in ("internal error", "internal server error"):
+        # The gateway's catch-all (a failure it did not expect) names nothing the client can act on.
+        generic = ("internal error", "internal server error", "internal gateway error; see the gateway log")
+        if not words or words.lower().rstrip(".") in generic:
             return f"a bare error {error.get('code')}: {words!r}"
         return None
     result = message.get("result")
