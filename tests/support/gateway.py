@@ -73,6 +73,8 @@ class RunningGateway:
     process: subprocess.Popen[str] | None = None
     url: str = ""
     stderr_lines: list[str] = field(default_factory=list)
+    # argv put before the gateway's own, e.g. ("prlimit", "--nofile=1024:1024") (it must exec it).
+    prefix: tuple[str, ...] = ()
 
     @property
     def base(self) -> str:
@@ -99,7 +101,7 @@ class RunningGateway:
             time.sleep(0.02)
 
     def start(self, ready_timeout: float = 30.0) -> None:
-        argv = gateway_argv("serve", "--config", str(self.config_path), "--port", str(self.port))
+        argv = [*self.prefix, *gateway_argv("serve", "--config", str(self.config_path), "--port", str(self.port))]
         process, url = spawn_listening(
             argv, cwd=REPO_ROOT, env=self.env, name="gateway", lines=self.stderr_lines,
             ready_timeout=ready_timeout, new_session=True,
@@ -150,9 +152,11 @@ class RunningGateway:
 
 @contextmanager
 def start_gateway(config_path: Path, *, port: int = 0, env: Mapping[str, str] | None = None,
-                  ready_timeout: float = 30.0) -> Iterator[RunningGateway]:
-    """Run `dex-gateway serve --config config_path --port port` until the block ends."""
-    gateway = RunningGateway(config_path=config_path, port=port, env={**os.environ, **(env or {})})
+                  ready_timeout: float = 30.0, prefix: Sequence[str] = ()) -> Iterator[RunningGateway]:
+    """Run `dex-gateway serve --config config_path --port port` until the block ends (`prefix`: argv
+    that execs it, such as `prlimit --nofile=1024:1024`)."""
+    gateway = RunningGateway(config_path=config_path, port=port, env={**os.environ, **(env or {})},
+                             prefix=tuple(prefix))
     gateway.start(ready_timeout)
     try:
         yield gateway
