@@ -21,7 +21,7 @@ import anyio
 
 from ..sse import StreamCursor
 
-__all__ = ["Answer", "Channel", "Listener", "Negotiated"]
+__all__ = ["UNBOUND", "Answer", "Channel", "Listener", "Negotiated"]
 
 Message = dict[str, Any]
 
@@ -52,6 +52,13 @@ class Answer:
 
     message: Message
     session_id: str | None = None
+
+
+async def _unanswered(message: Message) -> None:
+    """Before a session binds a channel (never in practice: the session sets `outside` at once)."""
+
+
+UNBOUND = Listener(_unanswered, lambda message: None)
 
 
 class Channel(Protocol):

@@ -46,7 +46,7 @@ from ...name_header import name_key
 from ..rpc import MODERN_VERSION
 from ..sse import StreamCursor, read_answer, read_events
 from ..transport import AiohttpTransport, HttpRequest, HttpResponse, HttpTransport, ssl_context
-from .base import Answer, Listener, Message, Negotiated
+from .base import UNBOUND, Answer, Listener, Message, Negotiated
 
 __all__ = ["SESSION_HEADER", "HttpChannel"]
 
@@ -57,10 +57,6 @@ SESSION_HEADER = "mcp-session-id"
 _ACCEPT = "application/json, text/event-stream"
 _DRAIN_SECONDS = 0.25
 _NO_ANSWER_ID = -1  # the standalone stream answers none of our requests
-
-
-async def _unanswered(message: Message) -> None:
-    """Before a session listens (never in practice: the session sets `outside` at once)."""
 
 
 class HttpChannel:
@@ -89,7 +85,7 @@ class HttpChannel:
         self.name = name
         self.url = url
         self.transport = transport
-        self.outside = Listener(_unanswered, lambda message: None)
+        self.outside = UNBOUND
         self._headers = {key.lower(): value for key, value in headers.items()}
         self._closed = False
 

@@ -30,7 +30,7 @@ from mcp.client.stdio import get_default_environment
 from ...errors import UpstreamInterrupted, UpstreamNotSent
 from ..processes import start_process_group
 from ..sse import StreamCursor
-from .base import Answer, Listener, Message, Negotiated
+from .base import UNBOUND, Answer, Listener, Message, Negotiated
 
 __all__ = ["MAX_LINE_BYTES", "ProcessHandle", "StdioChannel"]
 
@@ -52,10 +52,6 @@ class ProcessHandle(Protocol):
     def terminate(self) -> None: ...
 
     def kill(self) -> None: ...
-
-
-async def _unanswered(message: Message) -> None:
-    """Before a session listens (never in practice: the session sets `outside` at once)."""
 
 
 @dataclass
@@ -84,7 +80,7 @@ class StdioChannel:
         self._receive_stream = receive_stream
         self._process = process
         self._max_line = max_line_bytes
-        self.outside = Listener(_unanswered, lambda message: None)
+        self.outside = UNBOUND
         self._pending: dict[int, _Pending] = {}
         self._write_lock = anyio.Lock(fast_acquire=True)
         self._alive = True
