@@ -118,8 +118,9 @@ class UpstreamSession:
 
     @property
     def stateless(self) -> bool:
-        """Negotiated without a session: another gateway process can continue what this one began."""
-        return self._negotiated is not None and self._negotiated.session_id is None
+        """Negotiated without a session over a channel other processes reach too (HTTP, not a child
+        process): another gateway process can continue what this one began."""
+        return self.channel.shared and self._negotiated is not None and self._negotiated.session_id is None
 
     async def start(self) -> None:
         """Negotiate now; on failure the session is closed (a process that cannot be spoken to is

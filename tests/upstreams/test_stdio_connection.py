@@ -15,8 +15,10 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from gateway.errors import UpstreamInterrupted, UpstreamNotSent, UpstreamRpcError
 from gateway.errors import RelayRefused
+from gateway.config.model import StdioUpstreamConfig
 from gateway.upstreams.channels.stdio import StdioChannel
 from gateway.upstreams.session import UpstreamSession
+from gateway.upstreams.upstream import Upstream
 from tests.support.relays import HandshakeClient
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
@@ -387,3 +389,15 @@ async def test_start_spawns_a_real_process(tg: anyio.abc.TaskGroup) -> None:
     assert not conn.alive
     with pytest.raises(UpstreamNotSent, match="cannot be started"):
         await StdioChannel.start("up", tg, command="/nonexistent/dex-server", args=[], env={}, cwd=None)
+
+
+
+async def test_a_process_is_never_stateless(tg: anyio.abc.TaskGroup) -> None:
+    # A child process belongs to this gateway process: another replica cannot continue what it began
+    # (an upstream task on it is polled here only), though it negotiated no session id.
+    config = StdioUpstreamConfig(name="up", transport="stdio", command=sys.executable, args=["-c", CHILD])
+    upstream = Upstream(config, tg)
+    try:
+        assert await upstream.connection_facts() == ("2025-11-25", False)
+    finally:
+        await upstream.aclose()

@@ -63,6 +63,9 @@ UNBOUND = Listener(_unanswered, lambda message: None)
 
 class Channel(Protocol):
     outside: Listener  # set by the session: messages that belong to no exchange
+    # Whether another gateway process reaches the same upstream (HTTP), so a session negotiated
+    # without a session id is stateless; a child process (stdio) belongs to this one.
+    shared: bool
 
     @property
     def alive(self) -> bool: ...

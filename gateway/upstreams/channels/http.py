@@ -60,6 +60,8 @@ _NO_ANSWER_ID = -1  # the standalone stream answers none of our requests
 
 
 class HttpChannel:
+    shared = True  # any gateway process reaches the same endpoint
+
     def __init__(
         self,
         name: str,

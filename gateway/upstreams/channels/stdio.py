@@ -65,6 +65,8 @@ class StdioChannel:
     """A running upstream process. Create with `await StdioChannel.start(...)`, or from streams and
     a handle."""
 
+    shared = False  # the process is this gateway process's child
+
     def __init__(
         self,
         name: str,
