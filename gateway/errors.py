@@ -32,7 +32,7 @@ results (never a stack trace), and the call pipeline turns upstream failures int
     │       └── ResponseTooLarge  the answer passed the size cap: reading stopped, connection closed
     └── ConnectorError            (gateway/connectors/errors.py) manifests, bindings, registrations
 
-`HttpConnection` turns transport errors into `UpstreamNotSent` / `UpstreamInterrupted`, so the
+The HTTP channel (gateway/upstreams/channels/http.py) turns transport errors into `UpstreamNotSent` / `UpstreamInterrupted`, so the
 rest of the gateway sees only the Upstream* errors.
 """
 

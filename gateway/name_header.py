@@ -1,6 +1,6 @@
 """The `Mcp-Name` header of a 2026-07-28 request (SEP-2243): which body parameter it mirrors, and
 the check of a received header against the body. One rule for both directions: the gateway's
-requests to its upstreams write the header from it (gateway/upstreams/http_wire.py), and the
+requests to its upstreams write the header from it (gateway/upstreams/channels/http.py), and the
 front checks its clients' task methods with it (gateway/front/task_methods.py).
 
 The SDK's own table (`NAME_BEARING_METHODS`: tools/call, prompts/get, resources/read), which the

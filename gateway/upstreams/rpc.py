@@ -1,4 +1,4 @@
-"""JSON-RPC pieces shared by the stdio and HTTP upstream connections.
+"""JSON-RPC pieces of an upstream session (gateway/upstreams/session.py), whatever its channel.
 
 The gateway speaks to upstreams with its own lean client rather than the SDK `Client`: the
 outcome rules need to know whether a request was *never sent* or *sent and interrupted*, and

@@ -1,6 +1,6 @@
 """The upstream HTTP transport: one small interface, on aiohttp for `http://` and `https://`.
 
-`HttpConnection` speaks MCP over an `HttpTransport`, shaped like httpx's transports: one main
+The HTTP channel (channels/http.py) speaks MCP over an `HttpTransport`, shaped like httpx's transports: one main
 method, `stream(request)`, an async context manager that sends the request and enters with the
 response once its head is read. The body is read whole (`aread`) or line by line as it arrives
 (`aiter_lines`, for SSE); `drain` reads what is left so the connection can be reused. Leaving

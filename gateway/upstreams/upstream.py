@@ -1,4 +1,5 @@
-"""One configured upstream MCP server: its connection (made lazily, remade after a restart).
+"""One configured upstream MCP server: its session (made lazily, remade after a restart), an
+`UpstreamSession` over a stdio or HTTP channel (gateway/upstreams/session.py, channels/).
 
 `Upstream.request` raises what its connection raises (gateway/upstreams/rpc.py `Connection`):
 `UpstreamNotSent` (provably never sent), `UpstreamInterrupted` (maybe sent, no usable answer),
@@ -25,10 +26,12 @@ from ..config.model import HttpUpstreamConfig, StdioUpstreamConfig
 from ..errors import UpstreamError, UpstreamInterrupted, UpstreamListingRefused, UpstreamNotSent, UpstreamRpcError
 from .relay import CallRelay
 from ..telemetry.tracing import upstream_request_span
-from .http import HttpConnection
+from .channels.base import Channel
+from .channels.http import HttpChannel
+from .channels.stdio import StdioChannel
 from .notices import OnDrop, ignore_drops
 from .rpc import Connection
-from .stdio import StdioConnection
+from .session import UpstreamSession
 
 logger = logging.getLogger(__name__)
 
@@ -165,41 +168,33 @@ class Upstream:
         return connection
 
     async def _connect(self) -> Connection:
+        """A session over the right channel (gateway/upstreams/session.py); a process is spoken to
+        at once, an HTTP upstream on its first request."""
         cfg = self.config
+        channel: Channel
         if isinstance(cfg, StdioUpstreamConfig):
             logger.info("upstream %s: starting %s", self.name, cfg.command)
-            return await StdioConnection.start(
-                self.name,
-                self._task_group,
-                command=cfg.command,
-                args=cfg.args,
-                env=cfg.env,
-                cwd=cfg.cwd,
-                connect_timeout=cfg.connect_timeout_seconds,
-                events=self,
-                protocol=cfg.protocol,
-                roots=self._roots(),
-                max_inbound_requests=cfg.max_inbound_requests,
-                max_queued_notifications=cfg.max_queued_notifications,
-                on_drop=self._on_drop,
-            )
-        return HttpConnection(
+            channel = await StdioChannel.start(self.name, self._task_group, command=cfg.command, args=cfg.args,
+                                               env=cfg.env, cwd=cfg.cwd)
+        else:
+            channel = HttpChannel(self.name, cfg.url, headers=cfg.headers, connect_timeout=cfg.connect_timeout_seconds,
+                                  tls_ca_file=cfg.tls_ca_file, max_response_bytes=self.max_answer_bytes,
+                                  max_connections=cfg.max_connections, pool_timeout=cfg.pool_timeout_seconds)
+        session = UpstreamSession(
             self.name,
-            cfg.url,
-            headers=cfg.headers,
+            channel,
             protocol=cfg.protocol,
             connect_timeout=cfg.connect_timeout_seconds,
-            tls_ca_file=cfg.tls_ca_file,
             events=self,
             task_group=self._task_group,
             roots=self._roots(),
-            max_response_bytes=self.max_answer_bytes,
-            max_connections=cfg.max_connections,
-            pool_timeout=cfg.pool_timeout_seconds,
             max_inbound_requests=cfg.max_inbound_requests,
             max_queued_notifications=cfg.max_queued_notifications,
             on_drop=self._on_drop,
         )
+        if isinstance(channel, StdioChannel):
+            await session.start()
+        return session
 
     def _roots(self) -> list[dict[str, Any]] | None:
         roots = self.config.roots

@@ -1,6 +1,6 @@
 """An upstream request the caller gives up on is cancelled at the upstream; re-sends back off.
 
-`HttpConnection` over the in-memory `MockTransport`: on the handshake era a cancelled (or timed
+`UpstreamSession` over the in-memory `MockTransport`: on the handshake era a cancelled (or timed
 out) request is followed by `notifications/cancelled` with its id, on the session; on 2026-07-28
 closing the response stream is the cancellation and nothing more is sent. `resend_delay` is the
 jittered wait before an interrupted attempt is sent again.
@@ -16,7 +16,8 @@ import pytest
 
 from gateway.config.model import StdioUpstreamConfig
 from gateway.errors import UpstreamInterrupted
-from gateway.upstreams.http import HttpConnection
+from gateway.upstreams.session import UpstreamSession
+from tests.upstreams.sessions import http_session
 from gateway.upstreams.mock_transport import MockResponse, MockTransport
 from gateway.upstreams.transport import HttpRequest
 from gateway.upstreams.upstream import resend_delay
@@ -49,7 +50,7 @@ def _server(era: str) -> tuple[Any, list[dict[str, Any]]]:
 @pytest.mark.parametrize("era", ["handshake", "2026-07-28"])
 async def test_a_cancelled_request_is_cancelled_upstream(era: str) -> None:
     handler, seen = _server(era)
-    conn = HttpConnection("up", URL, headers={}, protocol="auto", connect_timeout=5, transport=MockTransport(handler))
+    conn = http_session("up", URL, headers={}, protocol="auto", connect_timeout=5, transport=MockTransport(handler))
     with anyio.move_on_after(0.3):
         await conn.request("tools/call", {"name": "slow", "arguments": {}}, timeout=30)
     with anyio.fail_after(5):
@@ -69,7 +70,7 @@ async def test_a_timed_out_request_is_interrupted_and_left_to_finish_upstream() 
     """Our own timeout is not the caller going away: a write is sent again with the same key next,
     and the upstream should finish the first attempt (its own fence answers the resend)."""
     handler, seen = _server("handshake")
-    conn = HttpConnection("up", URL, headers={}, protocol="handshake", connect_timeout=5, transport=MockTransport(handler))
+    conn = http_session("up", URL, headers={}, protocol="handshake", connect_timeout=5, transport=MockTransport(handler))
     with pytest.raises(UpstreamInterrupted, match="no answer within 0.2 s"):
         await conn.request("tools/call", {"name": "slow", "arguments": {}}, timeout=0.2)
     assert [m for m in seen if m.get("method") == "tools/call"]

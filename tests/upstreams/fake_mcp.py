@@ -1,7 +1,7 @@
-"""A scripted Streamable-HTTP MCP server behind a MockTransport, for HttpConnection tests.
+"""A scripted Streamable-HTTP MCP server behind a MockTransport, for UpstreamSession tests.
 
     server = FakeMcp(eras={"handshake"})
-    conn = HttpConnection("up", URL, headers={}, protocol="auto", connect_timeout=5,
+    conn = http_session("up", URL, headers={}, protocol="auto", connect_timeout=5,
                           transport=MockTransport(server))
 
 It routes by the `MCP-Protocol-Version` header like the SDK: absent or a handshake version is

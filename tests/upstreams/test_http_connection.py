@@ -1,4 +1,4 @@
-"""HttpConnection against MockTransport: answers (JSON and SSE), what an upstream says during a
+"""UpstreamSession against MockTransport: answers (JSON and SSE), what an upstream says during a
 call, error statuses and bodies, and how transport failures map to the outcome errors."""
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from mcp_types import INTERNAL_ERROR, METHOD_NOT_FOUND
 
 from gateway.errors import UpstreamInterrupted, UpstreamNotSent, UpstreamRpcError
 from gateway.errors import RelayRefused
-from gateway.upstreams.http import HttpConnection
+from gateway.upstreams.session import UpstreamSession
+from tests.upstreams.sessions import http_session
 from gateway.upstreams.mock_transport import MockResponse, MockTransport, RequestMaybeSent, RequestNotSent, sse_event
 from gateway.upstreams.transport import HttpRequest
 from tests.support.relays import HandshakeClient
@@ -43,9 +44,9 @@ class RecordingRelay(HandshakeClient):
         return self._answers[method]
 
 
-def connect(handler: Any, *, protocol: str = "handshake", headers: dict[str, str] | None = None) -> tuple[HttpConnection, MockTransport]:
+def connect(handler: Any, *, protocol: str = "handshake", headers: dict[str, str] | None = None) -> tuple[UpstreamSession, MockTransport]:
     transport = MockTransport(handler)
-    conn = HttpConnection("up", URL, headers=headers or {}, protocol=protocol, connect_timeout=5, transport=transport)
+    conn = http_session("up", URL, headers=headers or {}, protocol=protocol, connect_timeout=5, transport=transport)
     return conn, transport
 
 

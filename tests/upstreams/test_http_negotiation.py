@@ -1,4 +1,4 @@
-"""HttpConnection's protocol negotiation: one per connection, concurrent first calls wait for it,
+"""UpstreamSession's protocol negotiation: one per connection, concurrent first calls wait for it,
 and no request ever goes out in an era that was not negotiated (the issue-12 race)."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import anyio
 import pytest
 
 from gateway.errors import UpstreamInterrupted, UpstreamNotSent
-from gateway.upstreams.http import HttpConnection
+from gateway.upstreams.session import UpstreamSession
+from tests.upstreams.sessions import http_session
 from gateway.upstreams.mock_transport import MockResponse, MockTransport, RequestNotSent
 from gateway.upstreams.transport import HttpRequest
 from tests.upstreams.fake_mcp import MODERN, URL, FakeMcp, rpc_error
@@ -17,9 +18,9 @@ from tests.upstreams.fake_mcp import MODERN, URL, FakeMcp, rpc_error
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
 
-def connect(handler: Any, protocol: str = "auto", connect_timeout: float = 5) -> tuple[HttpConnection, MockTransport]:
+def connect(handler: Any, protocol: str = "auto", connect_timeout: float = 5) -> tuple[UpstreamSession, MockTransport]:
     transport = MockTransport(handler)
-    conn = HttpConnection("up", URL, headers={}, protocol=protocol, connect_timeout=connect_timeout, transport=transport)
+    conn = http_session("up", URL, headers={}, protocol=protocol, connect_timeout=connect_timeout, transport=transport)
     return conn, transport
 
 
@@ -170,7 +171,7 @@ async def test_a_hung_negotiation_is_not_sent_within_the_connect_timeout() -> No
 
     conn, _ = connect(handler, connect_timeout=0.2)
     with anyio.fail_after(3):
-        with pytest.raises(UpstreamNotSent, match="no handshake answer within 0.2 s"):
+        with pytest.raises(UpstreamNotSent, match="handshake failed: no answer to server/discover within 0.2 s"):
             await conn.request("tools/call", {"name": "w", "arguments": {}}, timeout=30)
 
 
@@ -225,7 +226,7 @@ async def test_initialize_broken_after_sending_is_still_not_sent_for_the_call() 
         raise RequestMaybeSent("connection reset")
 
     conn, _ = connect(handler, protocol="handshake")
-    with pytest.raises(UpstreamNotSent, match="initialize failed"):
+    with pytest.raises(UpstreamNotSent, match="handshake failed"):
         await conn.request("tools/call", {"name": "echo", "arguments": {}}, timeout=5)
     with pytest.raises(UpstreamNotSent):
         await conn.request("tools/call", {"name": "echo", "arguments": {}}, timeout=5)

@@ -1,4 +1,4 @@
-"""MockTransport: the in-memory HttpTransport that HttpConnection's unit tests stand on."""
+"""MockTransport: the in-memory HttpTransport that the HTTP channel's unit tests stand on."""
 
 from __future__ import annotations
 

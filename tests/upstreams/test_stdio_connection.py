@@ -1,5 +1,5 @@
-"""StdioConnection over in-memory byte streams and a fake process handle (one real process at
-the end, for `StdioConnection.start`)."""
+"""An upstream session over a StdioChannel on in-memory byte streams and a fake process handle
+(one real process at the end, for `StdioChannel.start`)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,10 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from gateway.errors import UpstreamInterrupted, UpstreamNotSent, UpstreamRpcError
 from gateway.errors import RelayRefused
-from gateway.upstreams.stdio import StdioConnection
+from gateway.config.model import StdioUpstreamConfig
+from gateway.upstreams.channels.stdio import StdioChannel
+from gateway.upstreams.session import UpstreamSession
+from gateway.upstreams.upstream import Upstream
 from tests.support.relays import HandshakeClient
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
@@ -141,16 +144,21 @@ async def echo(message: dict[str, Any], server: FakeServer) -> None:
 
 async def open_connection(
     tg: anyio.abc.TaskGroup, script: Script, *, handshake: bool = True, **kwargs: Any
-) -> tuple[StdioConnection, FakeServer]:
+) -> tuple[UpstreamSession, FakeServer]:
     server = FakeServer(script)
     tg.start_soon(server.run)
-    conn = StdioConnection(
-        "up", send_stream=server.gateway_writes, receive_stream=server.gateway_reads,
-        process=server.process, task_group=tg, **kwargs,
-    )  # fmt: skip
+    conn = stdio_session(tg, server, **kwargs)
     if handshake:
-        await conn.initialize(5)
+        await conn.start()
     return conn, server
+
+
+def stdio_session(tg: anyio.abc.TaskGroup, server: FakeServer, *, max_line_bytes: int | None = None,
+                  connect_timeout: float = 5, protocol: str = "handshake", **kwargs: Any) -> UpstreamSession:
+    channel = StdioChannel("up", send_stream=server.gateway_writes, receive_stream=server.gateway_reads,
+                           process=server.process, task_group=tg,
+                           **({"max_line_bytes": max_line_bytes} if max_line_bytes else {}))
+    return UpstreamSession("up", channel, protocol=protocol, connect_timeout=connect_timeout, task_group=tg, **kwargs)
 
 
 class Relay(HandshakeClient):
@@ -272,11 +280,10 @@ async def test_handshake_failure_is_not_sent(tg: anyio.abc.TaskGroup, failure: s
         await server.process.exited.wait()  # "silence": until the gateway stops us
 
     tg.start_soon(child)
-    conn = StdioConnection("up", send_stream=server.gateway_writes, receive_stream=server.gateway_reads,
-                           process=server.process, task_group=tg)
+    conn = stdio_session(tg, server, connect_timeout=0.3)
     reasons = {"error": "bad version", "silence": "no answer to initialize", "exit": "exited before answering"}
     with pytest.raises(UpstreamNotSent, match=f"handshake failed: .*{reasons[failure]}"):
-        await conn.initialize(0.3)
+        await conn.start()
     assert not conn.alive
     assert server.process.returncode is not None  # closed: stdin shut, then terminated if needed
     if failure == "silence":
@@ -372,13 +379,25 @@ for line in sys.stdin:
 
 
 async def test_start_spawns_a_real_process(tg: anyio.abc.TaskGroup) -> None:
-    conn = await StdioConnection.start("up", tg, command=sys.executable, args=["-c", CHILD], env={}, cwd=None,
-                                       connect_timeout=10)
+    channel = await StdioChannel.start("up", tg, command=sys.executable, args=["-c", CHILD], env={}, cwd=None)
+    conn = UpstreamSession("up", channel, protocol="handshake", connect_timeout=10, task_group=tg)
+    await conn.start()
     try:
         assert await conn.request("tools/call", {"name": "t", "arguments": {}}, timeout=10) == {"pid": "child"}
     finally:
         await conn.aclose()
     assert not conn.alive
     with pytest.raises(UpstreamNotSent, match="cannot be started"):
-        await StdioConnection.start("up", tg, command="/nonexistent/dex-server", args=[], env={}, cwd=None,
-                                    connect_timeout=1)
+        await StdioChannel.start("up", tg, command="/nonexistent/dex-server", args=[], env={}, cwd=None)
+
+
+
+async def test_a_process_is_never_stateless(tg: anyio.abc.TaskGroup) -> None:
+    # A child process belongs to this gateway process: another replica cannot continue what it began
+    # (an upstream task on it is polled here only), though it negotiated no session id.
+    config = StdioUpstreamConfig(name="up", transport="stdio", command=sys.executable, args=["-c", CHILD])
+    upstream = Upstream(config, tg)
+    try:
+        assert await upstream.connection_facts() == ("2025-11-25", False)
+    finally:
+        await upstream.aclose()

@@ -17,7 +17,8 @@ from aiohttp import web
 
 from gateway.config.model import HttpUpstreamConfig
 from gateway.errors import RequestNotSent, UpstreamNotSent
-from gateway.upstreams.http import HttpConnection
+from gateway.upstreams.session import UpstreamSession
+from tests.upstreams.sessions import http_session
 from gateway.upstreams.transport import AiohttpTransport, HttpRequest, ssl_context
 from gateway.upstreams.upstream import Upstream
 from tests.upstreams.loopback import WebServer, self_signed, server_tls, web_server
@@ -89,7 +90,7 @@ async def test_upstream_config_tls_ca_file(server: WebServer, certs: tuple[Path,
         await upstream.aclose()
     assert result["content"][0]["text"] == "over tls"
 
-    untrusted = HttpConnection("plain", f"{server.url}/mcp", headers={}, protocol="handshake", connect_timeout=5)
+    untrusted = http_session("plain", f"{server.url}/mcp", headers={}, protocol="handshake", connect_timeout=5)
     try:
         with pytest.raises(UpstreamNotSent, match="(?i)certificate"):
             await untrusted.request("tools/call", {"name": "t", "arguments": {}}, timeout=5)
