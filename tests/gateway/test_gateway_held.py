@@ -4,12 +4,12 @@ and real upstream processes (the example servers, examples/servers/tasks_server.
 misbehaving HTTP upstream tests/support/held_http_server.py), over real HTTP and raw sockets.
 
 Items with regression tests elsewhere are not repeated here (scope of resources, templates,
-prompts, completion and log level: test_gateway_security.py; idle GET streams:
-tests/operations/test_connections.py; agent-host 401/403: tests/agent_host/test_api_guard.py and
+prompts, completion and log level: test_gateway_security.py; tasks: tests/tasks/test_tasks_replicas.py;
+idle GET streams: tests/operations/test_connections.py; agent-host 401/403: tests/agent_host/test_api_guard.py and
 test_host_api.py; the host page: tests/agent_host/test_browser.py). This file holds the rest, one
-group per item, each group's comment quoting the item. Each group was seen failing with its
-protection taken out (the Authorization forward, the TTL clamp, the repeated-cursor check, the
-close after a 400, the coalescing of progress).
+group per item, each group's comment quoting the item. Seen failing with the protection taken out
+(and passing again with it back): the Authorization forward, the TTL clamp, the repeated-cursor check, the
+close after a 400, the coalescing of progress, the scope check of `resources/subscribe`.
 """
 
 from __future__ import annotations
@@ -216,6 +216,20 @@ def test_scope_comes_from_the_body_not_from_a_header_naming_an_allowed_tool(setu
     assert other.status_code == 400 and jsonrpc_message(other)["error"]["code"] == HEADER_MISMATCH
     own = jsonrpc_message(send(url, notes, modern_headers(notes, bob)))
     assert "result" in own, own
+
+
+def test_a_subscription_is_scoped_like_a_read(setup: Setup) -> None:
+    """`resources/subscribe` (the handshake era's subscription) to a URI out of the principal's
+    scope is refused as its read is; in scope it is accepted."""
+    hdrs = {"accept": "application/json, text/event-stream", "content-type": "application/json",
+            "mcp-protocol-version": HANDSHAKE}
+    message = request("resources/subscribe", {"uri": "payments://accounts/main"}, HANDSHAKE)
+    refused = send(setup.gateway.url, message, {**hdrs, "authorization": f"Bearer {TOKENS['bob']}"})
+    assert_clean(refused)
+    error = jsonrpc_message(refused)["error"]
+    assert error["code"] == -32602 and "no upstream serves" in error["message"], error
+    accepted = send(setup.gateway.url, message, {**hdrs, "authorization": f"Bearer {TOKENS['alice']}"})
+    assert "result" in jsonrpc_message(accepted), accepted.text
 
 
 # -- "request smuggling variants → 400" ---------------------------------------------------------------
