@@ -8,7 +8,7 @@ prompts, completion and log level: test_gateway_security.py; tasks: tests/tasks/
 idle GET streams: tests/operations/test_connections.py; agent-host 401/403: tests/agent_host/test_api_guard.py and
 test_host_api.py; the host page: tests/agent_host/test_browser.py). This file holds the rest, one
 group per item, each group's comment quoting the item. Seen failing with the protection taken out
-(and passing again with it back): the Authorization forward, the TTL clamp, the repeated-cursor check, the
+(and passing again with it back): keeping the client's Authorization to itself, the TTL clamp, the repeated-cursor check, the
 close after a 400, the coalescing of progress, the scope check of `resources/subscribe`.
 """
 
