@@ -21,6 +21,7 @@ from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 
 from ..pipeline.calls import ToolCall
 from ..conventions.answers import Answer
+from ..storage.leases import holder_dead
 from ..errors import RequestError, UpstreamError, UpstreamNotSent, UpstreamRpcError
 from . import wire
 from .creation import TaskParts, TaskSettings, TaskStarter, call_job
@@ -176,12 +177,7 @@ class Tasks:
         return record
 
     def _owner_dead(self, record: TaskRecord) -> bool:
-        owner = record.owner
-        if owner is None:
-            return True
-        if owner.replica_id == self._p.jobs.owner.replica_id and owner.boot_id != self._p.jobs.owner.boot_id:
-            return True
-        return record.lease_until is None or record.lease_until <= self._p.clock()
+        return holder_dead(record.owner, record.lease_until, me=self._p.jobs.owner, now=self._p.clock())
 
     async def _check(self, record: TaskRecord) -> TaskRecord:
         """The record after the lost-task rule and a takeover, when either applies."""
