@@ -50,7 +50,7 @@ from .requests import RequestGate
 from .session_manager import GatewaySessionManager
 from .sessions import Sessions
 from .tools import ToolCalls, ToolListing
-from .wire import is_modern
+from ..protocol import Era
 
 __all__ = ["Authenticator", "ClientEvents", "Front", "HostOriginPolicy", "Parking", "Sessions", "build_front"]
 
@@ -131,6 +131,6 @@ def _may_ask(catalog: Catalog, upstreams: dict[str, Upstream]) -> Callable[[str]
         if route is None or route.upstream is None:
             return route is None  # not listed yet: it may be; a connector never asks
         upstream = upstreams.get(route.upstream)
-        return upstream is not None and not is_modern(upstream.protocol_version)
+        return upstream is not None and Era.of(upstream.protocol_version) is Era.HANDSHAKE
 
     return may_ask

@@ -18,6 +18,7 @@ from ..pipeline.calls import CallPipeline, ToolCall
 from ..pipeline.catalog import Catalog
 from ..conventions.answers import Answer
 from ..errors import InputNotProvided, RequestError
+from ..protocol import Era
 from ..upstreams.relay import CallRelay
 from ..auth.scope import PrincipalScope
 from ..tasks import Tasks
@@ -76,25 +77,25 @@ class ToolCalls:
         self._may_ask = may_ask
 
     async def result(
-        self, principal: str, request: ToolCallRequest, relay: CallRelay | None, *, modern: bool
+        self, principal: str, request: ToolCallRequest, relay: CallRelay | None, *, era: Era
     ) -> dict[str, Any]:
         """The wire result; raises RequestError (the JSON-RPC error to answer instead)."""
         parking = self._parking
-        if parking is not None and relay is not None and modern and (
+        if parking is not None and relay is not None and era is Era.MODERN and (
             parking.continues(request.rounds)
             or (parking.may_ask(relay) and not client_takes_tasks(request.meta)
                 and (self._may_ask is None or self._may_ask(request.name)))
         ):
             async def work(parked: CallRelay) -> dict[str, Any]:
-                return await self._result(principal, request, parked, modern=True)
+                return await self._result(principal, request, parked, era=era)
 
             # A round of the gateway's own questions gets the era's stamp; a result already has it.
             result = await parking.round(principal, request.name, relay, request.rounds, work)
-            return result_wire(result, modern=True, server_info=self._server_info)
-        return await self._result(principal, request, relay, modern=modern)
+            return result_wire(result, era=era, server_info=self._server_info)
+        return await self._result(principal, request, relay, era=era)
 
     async def _result(
-        self, principal: str, request: ToolCallRequest, relay: CallRelay | None, *, modern: bool
+        self, principal: str, request: ToolCallRequest, relay: CallRelay | None, *, era: Era
     ) -> dict[str, Any]:
         call = ToolCall(principal=principal, name=request.name, arguments=request.arguments, meta=request.meta, relay=relay,
                         rounds=request.rounds)
@@ -105,14 +106,14 @@ class ToolCalls:
                 # (2026-07-28) when it takes tasks and the tool (or the upstream) makes one.
                 created = await self._tasks.tool_call(
                     principal, request.name, request.arguments, request.meta, request.task,
-                    modern=modern, era=_era(modern), rounds=request.rounds,
+                    era=era, rounds=request.rounds,
                 )
                 if isinstance(created, dict):
                     return created
             answer = created if isinstance(created, Answer) else await self._pipeline.call(call)
             if self._tasks is not None:
                 answer = await self._tasks.resolve(principal, answer)
-            if answer.input_required is not None and not modern:
+            if answer.input_required is not None and era is Era.HANDSHAKE:
                 # Only a 2026-07-28 client takes a round of questions as an answer.
                 answer = Answer.error_text(not_provided_text(request.name, InputNotProvided(
                     asked_methods(answer.input_required), "it is served without a session that can carry them")))
@@ -122,7 +123,7 @@ class ToolCalls:
             # A gateway bug: logged with its traceback, answered without one.
             logger.exception("tools/call %s failed inside the gateway", request.name)
             raise RequestError(INTERNAL_ERROR, "internal gateway error; see the gateway log") from None
-        return tool_result(answer, modern=modern, server_info=self._server_info)
+        return tool_result(answer, era=era, server_info=self._server_info)
 
 
 class ToolListing:
@@ -134,36 +135,32 @@ class ToolListing:
         self._scope = scope
         self._server_info = server_info
         self._version: object = None
-        self._cache: dict[tuple[Any, bool], tuple[dict[str, Any], bytes]] = {}
+        self._cache: dict[tuple[Any, Era], tuple[dict[str, Any], bytes]] = {}
 
-    async def result(self, principal: str, *, modern: bool) -> dict[str, Any]:
+    async def result(self, principal: str, *, era: Era) -> dict[str, Any]:
         """The result dict (a fresh top level: callers may add to it)."""
-        return dict((await self._entry(principal, modern))[0])
+        return dict((await self._entry(principal, era))[0])
 
-    async def encoded(self, principal: str, *, modern: bool) -> bytes:
+    async def encoded(self, principal: str, *, era: Era) -> bytes:
         """The result as JSON bytes, encoded as this era's transport encodes results."""
-        return (await self._entry(principal, modern))[1]
+        return (await self._entry(principal, era))[1]
 
-    async def _entry(self, principal: str, modern: bool) -> tuple[dict[str, Any], bytes]:
+    async def _entry(self, principal: str, era: Era) -> tuple[dict[str, Any], bytes]:
         version, routes = await self._catalog.tools_snapshot()
         if version != self._version:
             self._version, self._cache = version, {}
-        key = (self._scope.key(principal), modern)
+        key = (self._scope.key(principal), era)
         entry = self._cache.get(key)
         if entry is None:
-            tools = [_for_era(r.definition, modern) for r in routes if self._scope.may_use_tool(principal, r.name, r.upstream)]
-            result = list_result("tools", tools, modern=modern, server_info=self._server_info)
-            entry = (result, encode_message(result, modern=modern))
+            tools = [_for_era(r.definition, era) for r in routes if self._scope.may_use_tool(principal, r.name, r.upstream)]
+            result = list_result("tools", tools, era=era, server_info=self._server_info)
+            entry = (result, encode_message(result, era=era))
             self._cache[key] = entry
         return entry
 
 
-def _era(modern: bool) -> str:
-    return "2026-07-28" if modern else "2025-11-25"
-
-
-def _for_era(definition: dict[str, Any], modern: bool) -> dict[str, Any]:
+def _for_era(definition: dict[str, Any], era: Era) -> dict[str, Any]:
     """2026-07-28 tools carry no `execution` (tasks are an extension there; the server decides)."""
-    if modern and "execution" in definition:
+    if era is Era.MODERN and "execution" in definition:
         return {k: v for k, v in definition.items() if k != "execution"}
     return definition

@@ -34,6 +34,7 @@ from ..conventions.keys import IDEMPOTENCY_KEY
 from ..errors import RATE_LIMITED, RequestError, TaskBudgetExceeded, UpstreamError
 from ..fences import Fences, fingerprint
 from ..auth.scope import PrincipalScope
+from ..protocol import Era
 from ..upstreams.upstream import Upstream
 from . import wire
 from .jobs import Job, RecordSink, TaskJobs
@@ -104,12 +105,12 @@ class TaskStarter:
         self._check = check  # the lost-task rule, applied to a task a retry finds
 
     async def tool_call(self, principal: str, name: str, arguments: dict[str, Any], meta: dict[str, Any],
-                        task_param: dict[str, Any] | None, *, modern: bool, era: str,
+                        task_param: dict[str, Any] | None, *, era: Era,
                         rounds: Mapping[str, Any] | None = None) -> dict[str, Any] | Answer | None:
         route = await self._p.catalog.tool(name)
         if route is None or not self._p.scope.may_use_tool(principal, route.name, route.upstream):
             return None  # the pipeline answers the unknown tool
-        if modern:
+        if era is Era.MODERN:
             takes = wire.client_takes_tasks(meta)
             if takes and route.task_support == "forbidden" and await self._upstream_decides(route):
                 return await self._provisional(principal, route, name, arguments, meta, era=era, rounds=rounds or {})
@@ -118,20 +119,20 @@ class TaskStarter:
             wanted = task_param is not None and (self._p.settings.augment or route.task_support != "forbidden")
         if not wanted:
             if route.task_support == "required" and self._p.settings.plain_required == "refuse":
-                raise _refusal(route.name, modern)
+                raise _refusal(route.name, era)
             return None
         refused = await self._admit(principal, route, name, arguments, meta)
         if refused is not None:
             return refused
         start = await self._settle(self._new_record(principal, route, era, self._ttl(task_param)), route, arguments, meta)
         if start.existing is not None:
-            return wire.created(start.existing, modern=modern, server_info=self._p.server_info)
+            return wire.created(start.existing, era=era, server_info=self._p.server_info)
         record = start.record
-        sink = RecordSink(self._p.store, record.task_id, self._p.clock, carries_input=modern, ttl_ms=record.ttl_ms)
+        sink = RecordSink(self._p.store, record.task_id, self._p.clock, carries_input=era is Era.MODERN, ttl_ms=record.ttl_ms)
         call = ToolCall(principal=principal, name=name, arguments=arguments, meta=meta, task=sink)
         await self._p.store.insert(record)
         self._p.jobs.start(record.task_id, call_job(self._p.pipeline, call, sink, record.fence_id, settled=start.settled))
-        return wire.created(record, modern=modern, server_info=self._p.server_info)
+        return wire.created(record, era=era, server_info=self._p.server_info)
 
     async def _admit(self, principal: str, route: ToolRoute, name: str, arguments: dict[str, Any],
                      meta: dict[str, Any]) -> Answer | None:
@@ -147,10 +148,10 @@ class TaskStarter:
             raise TaskBudgetExceeded(principal, held, limit)
         return None
 
-    def _new_record(self, principal: str, route: ToolRoute, era: str, ttl_ms: int) -> TaskRecord:
+    def _new_record(self, principal: str, route: ToolRoute, era: Era, ttl_ms: int) -> TaskRecord:
         now = self._p.clock()
         return TaskRecord(
-            task_id=secrets.token_urlsafe(24), principal=principal, tool=route.name, effect=route.effect, era=era,
+            task_id=secrets.token_urlsafe(24), principal=principal, tool=route.name, effect=route.effect, era=era.value,
             status=TaskStatus.WORKING, created_at=now, updated_at=now, poll_interval_ms=self._p.settings.poll_interval_ms,
             ttl_ms=ttl_ms, upstream=route.upstream, owner=self._p.jobs.owner, lease_until=now + self._p.jobs.lease_seconds,
         )
@@ -194,20 +195,20 @@ class TaskStarter:
         if upstream is None:
             return False
         try:
-            era, _ = await upstream.connection_facts()
+            version, _ = await upstream.connection_facts()
         except UpstreamError:
             return False
-        return wire.is_modern(era)
+        return Era.of(version) is Era.MODERN
 
     async def _provisional(self, principal: str, route: ToolRoute, name: str, arguments: dict[str, Any],
-                           meta: dict[str, Any], *, era: str, rounds: Mapping[str, Any]) -> dict[str, Any] | Answer:
+                           meta: dict[str, Any], *, era: Era, rounds: Mapping[str, Any]) -> dict[str, Any] | Answer:
         refused = await self._admit(principal, route, name, arguments, meta)
         if refused is not None:
             return refused
         start = await self._settle(self._new_record(principal, route, era, self._p.settings.default_ttl_ms), route,
                                    arguments, meta)
         if start.existing is not None:
-            return wire.created(start.existing, modern=True, server_info=self._p.server_info)
+            return wire.created(start.existing, era=era, server_info=self._p.server_info)
         record = start.record
         sink = RecordSink(self._p.store, record.task_id, self._p.clock, carries_input=True, ttl_ms=record.ttl_ms)
         # Written before the call starts, like any task: a process that dies mid-call leaves a task
@@ -232,14 +233,14 @@ class TaskStarter:
                 tg.start_soon(_set_then_cancel, event, tg.cancel_scope)
         if sink.upstream_created.is_set():
             stored = await self._p.store.get(record.task_id)
-            return wire.created(stored or record, modern=True, server_info=self._p.server_info)
+            return wire.created(stored or record, era=era, server_info=self._p.server_info)
         if not answers:
             raise RequestError(INTERNAL_ERROR, "internal gateway error; see the gateway log")
         return answers[0]  # answered at once (the job writes it as the task's end too)
 
 
-def _refusal(tool: str, modern: bool) -> RequestError:
-    if modern:
+def _refusal(tool: str, era: Era) -> RequestError:
+    if era is Era.MODERN:
         return RequestError(MISSING_REQUIRED_CLIENT_CAPABILITY, f"the tool {tool} runs only as a task; declare the "
                             f"{wire.TASKS_EXTENSION} extension in the request's client capabilities",
                             {"requiredCapabilities": {"extensions": {wire.TASKS_EXTENSION: {}}}})

@@ -21,6 +21,7 @@ from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 
 from ..pipeline.calls import ToolCall
 from ..conventions.answers import Answer
+from ..protocol import Era, WireResult
 from ..storage.leases import holder_dead
 from ..errors import RequestError, UpstreamError, UpstreamNotSent, UpstreamRpcError
 from . import wire
@@ -46,12 +47,12 @@ class Tasks:
     # -- tools/call -------------------------------------------------------------------------
 
     async def tool_call(self, principal: str, name: str, arguments: dict[str, Any], meta: dict[str, Any],
-                        task_param: dict[str, Any] | None, *, modern: bool, era: str,
+                        task_param: dict[str, Any] | None, *, era: Era,
                         rounds: Mapping[str, Any] | None = None) -> dict[str, Any] | Answer | None:
         """The CreateTaskResult wire dict when this call runs as a task; an Answer when the upstream
         was asked and answered at once (2026-07-28, it decides); None: a plain call. Raises
         RequestError when a plain call of a task-required tool is refused (tasks.plain_required)."""
-        return await self._starter.tool_call(principal, name, arguments, meta, task_param, modern=modern, era=era,
+        return await self._starter.tool_call(principal, name, arguments, meta, task_param, era=era,
                                              rounds=rounds or {})
 
     async def resolve(self, principal: str, answer: Answer) -> Answer:
@@ -70,8 +71,8 @@ class Tasks:
 
     # -- the task methods -------------------------------------------------------------------
 
-    async def get(self, principal: str, task_id: str, *, modern: bool) -> dict[str, Any]:
-        return wire.detailed(await self._current(principal, task_id), modern=modern, server_info=self._p.server_info)
+    async def get(self, principal: str, task_id: str, *, era: Era) -> WireResult:
+        return wire.detailed(await self._current(principal, task_id), era=era, server_info=self._p.server_info)
 
     async def result(self, principal: str, task_id: str) -> dict[str, Any]:
         """2025-11-25 `tasks/result`: blocks until the task ends; its result, or its error raised."""
@@ -88,13 +89,13 @@ class Tasks:
                 return record
             await anyio.sleep(min(max(record.poll_interval_ms / 1000, 0.05), 1.0))
 
-    async def cancel(self, principal: str, task_id: str, *, modern: bool) -> dict[str, Any]:
+    async def cancel(self, principal: str, task_id: str, *, era: Era) -> WireResult:
         record = await self._current(principal, task_id)
         if record.status.terminal:
-            if modern:
+            if era is Era.MODERN:
                 return wire.ack(self._p.server_info)
             if record.status is TaskStatus.CANCELLED:
-                return wire.detailed(record, modern=False, server_info=self._p.server_info)
+                return wire.detailed(record, era=era, server_info=self._p.server_info)
             raise RequestError(INVALID_PARAMS, f"task {task_id} has already ended ({record.status.value}); it cannot be cancelled")
 
         def step(current: TaskRecord) -> TaskRecord | None:
@@ -107,9 +108,9 @@ class Tasks:
         updated = await change(self.store, task_id, step, clock=self._p.clock) or record
         if not self._p.jobs.cancel_local(task_id) and record.upstream_task_id and record.upstream_stateless:
             await self._upstream_request(record, "tasks/cancel", {"taskId": record.upstream_task_id}, quiet=True)
-        if modern:
+        if era is Era.MODERN:
             return wire.ack(self._p.server_info)
-        return wire.detailed(updated, modern=False, server_info=self._p.server_info)
+        return wire.detailed(updated, era=era, server_info=self._p.server_info)
 
     async def list(self, principal: str, cursor: str | None) -> dict[str, Any]:
         try:
@@ -119,7 +120,7 @@ class Tasks:
         records = await self.store.list(principal=principal, limit=_LIST_PAGE + 1, before=before)
         page = records[:_LIST_PAGE]
         now = self._p.clock()
-        result: dict[str, Any] = {"tasks": [wire.task_fields(r, modern=False) for r in page if not r.expired(now)]}
+        result: dict[str, Any] = {"tasks": [wire.task_fields(r, era=Era.HANDSHAKE) for r in page if not r.expired(now)]}
         if len(records) > _LIST_PAGE:
             result["nextCursor"] = repr(page[-1].created_at)
         return result
@@ -155,7 +156,7 @@ class Tasks:
                 raise RequestError(INTERNAL_ERROR, text)
             return
         try:
-            await upstream.request(method, wire.declaring_tasks(params, wire.is_modern(record.upstream_era)))
+            await upstream.request(method, wire.declaring_tasks(params, Era.of(record.upstream_era)))
         except UpstreamError as exc:
             logger.log(logging.INFO if quiet else logging.WARNING, "task %s: %s to upstream task %s failed: %s",
                        record.task_id, method, record.upstream_task_id, exc)
@@ -207,7 +208,7 @@ class Tasks:
             return taken or record
         logger.info("task %s: its process stopped; polling upstream task %s from here", record.task_id,
                     record.upstream_task_id)
-        sink = RecordSink(self.store, record.task_id, self._p.clock, carries_input=wire.is_modern(record.era),
+        sink = RecordSink(self.store, record.task_id, self._p.clock, carries_input=Era.of(record.era) is Era.MODERN,
                           ttl_ms=record.ttl_ms, resume_task_id=record.upstream_task_id)
         call = ToolCall(principal=record.principal, name=record.tool, arguments={}, meta={}, task=sink)
         self._p.jobs.start(record.task_id, call_job(self._p.pipeline, call, sink, record.fence_id, settled=True))
