@@ -18,8 +18,8 @@ from typing import Any, TypeAlias
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
 __all__ = [
-    "CLIENT_INFO", "Era", "GATEWAY_NAME", "GATEWAY_VERSION", "HANDSHAKE_VERSION", "HANDSHAKE_VERSIONS",
-    "JSONObject", "MODERN_VERSION", "MODERN_VERSIONS", "SERVER_INFO", "WireParams", "WireResult",
+    "CLIENT_CAPABILITIES_KEY", "CLIENT_INFO", "Era", "GATEWAY_NAME", "GATEWAY_VERSION", "HANDSHAKE_VERSION", "HANDSHAKE_VERSIONS",
+    "JSONObject", "MODERN_VERSION", "MODERN_VERSIONS", "SERVER_INFO", "TASKS_EXTENSION", "WireParams", "WireResult", "client_takes_tasks",
 ]  # fmt: skip
 
 # A JSON object as it goes over the wire (decoded): results, params, error data.
@@ -32,6 +32,18 @@ HANDSHAKE_VERSIONS: tuple[str, ...] = tuple(HANDSHAKE_PROTOCOL_VERSIONS)
 MODERN_VERSIONS: tuple[str, ...] = tuple(MODERN_PROTOCOL_VERSIONS)
 HANDSHAKE_VERSION = "2025-11-25"  # the newest handshake-era version: the era's name
 MODERN_VERSION = "2026-07-28"
+
+
+# The tasks extension of the 2026-07-28 era, and where a request declares what its client takes.
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+CLIENT_CAPABILITIES_KEY = "io.modelcontextprotocol/clientCapabilities"
+
+
+def client_takes_tasks(meta: Mapping[str, Any] | None) -> bool:
+    """Whether a 2026-07-28 request declares the tasks extension in its per-request capabilities."""
+    caps = (meta or {}).get(CLIENT_CAPABILITIES_KEY)
+    extensions = caps.get("extensions") if isinstance(caps, dict) else None
+    return isinstance(extensions, dict) and isinstance(extensions.get(TASKS_EXTENSION), dict)
 
 
 class Era(StrEnum):

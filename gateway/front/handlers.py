@@ -31,10 +31,9 @@ from ..protocol import GATEWAY_NAME, GATEWAY_VERSION, Era
 from ..pipeline.subscriptions import ResourceWatch
 from ..tasks import Tasks
 from ..tasks.wire import TASKS_EXTENSION
-from ..upstreams.input_rounds import is_input_required, round_params
+from ..pipeline.rounds import Parking, is_input_required, round_params
 from ..upstreams.relay import CallRelay
 from .events import ListenStreams
-from .parking import Parking
 from .relays import SessionRelay
 from .sessions import Sessions
 from .task_methods import TASK_METHODS, answer_task_method
@@ -176,7 +175,7 @@ class _Handlers:
 
         parking = self._p.parking
         with _as_mcp_error():
-            if parking is not None and era is Era.MODERN and (parking.continues(rounds) or parking.may_ask(relay)):
+            if parking is not None and parking.takes(era, relay, rounds, upstream_may_ask=True):
                 # An upstream that asks on the handshake era: its questions become input_required rounds.
                 target = f"{ctx.method} {params.name if prompt else params.uri}"
                 result = await parking.round(principal, target, relay, rounds, work)

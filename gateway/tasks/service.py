@@ -1,8 +1,9 @@
 """The gateway's tasks (SPEC 5): the one implementation every entry calls.
 
-    tool_call   a tools/call the gateway answers with a task (2025: the client sent `task`;
-                2026: the client declares the extension and the tool supports tasks), created
-                under the call's fence, its call run in the background by this process
+    start       the pipeline's task stage (gateway/pipeline/stages.py): a tools/call the gateway answers
+                with a task (2025: the client sent `task`; 2026: the client declares the extension
+                and the tool supports tasks), created under the call's fence, its call run in the
+                background by this process
     get / result / cancel / list / update      the task methods of both eras
     resolve     a plain retry whose fence holds a task answers the task's end
     sweep       TTLs, and tasks whose process died: taken over (an upstream task any replica can
@@ -13,13 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping
 from typing import Any
 
 import anyio
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 
-from ..pipeline.calls import ToolCall
+from ..pipeline.catalog import ToolRoute
+from ..pipeline.stages import TaskCreated, ToolCall
 from ..conventions.answers import Answer
 from ..protocol import Era, WireResult
 from ..storage.leases import holder_dead
@@ -46,14 +47,12 @@ class Tasks:
 
     # -- tools/call -------------------------------------------------------------------------
 
-    async def tool_call(self, principal: str, name: str, arguments: dict[str, Any], meta: dict[str, Any],
-                        task_param: dict[str, Any] | None, *, era: Era,
-                        rounds: Mapping[str, Any] | None = None) -> dict[str, Any] | Answer | None:
-        """The CreateTaskResult wire dict when this call runs as a task; an Answer when the upstream
-        was asked and answered at once (2026-07-28, it decides); None: a plain call. Raises
-        RequestError when a plain call of a task-required tool is refused (tasks.plain_required)."""
-        return await self._starter.tool_call(principal, name, arguments, meta, task_param, era=era,
-                                             rounds=rounds or {})
+    async def start(self, route: ToolRoute, call: ToolCall) -> TaskCreated | Answer | None:
+        """TaskCreated (the CreateTaskResult of the call's era) when this call runs as a task; an
+        Answer when the policy refused it or the upstream was asked and answered at once (2026-07-28,
+        it decides); None: a plain call. Raises RequestError when a plain call of a task-required
+        tool is refused (tasks.plain_required)."""
+        return await self._starter.start(route, call)
 
     async def resolve(self, principal: str, answer: Answer) -> Answer:
         """A plain call whose fence holds a task (the client asked for a task before, and retries
@@ -210,7 +209,8 @@ class Tasks:
                     record.upstream_task_id)
         sink = RecordSink(self.store, record.task_id, self._p.clock, carries_input=Era.of(record.era) is Era.MODERN,
                           ttl_ms=record.ttl_ms, resume_task_id=record.upstream_task_id)
-        call = ToolCall(principal=record.principal, name=record.tool, arguments={}, meta={}, task=sink)
+        call = ToolCall(principal=record.principal, name=record.tool, arguments={}, meta={}, era=Era.of(record.era),
+                        sink=sink)
         self._p.jobs.start(record.task_id, call_job(self._p.pipeline, call, sink, record.fence_id, settled=True))
         return taken
 

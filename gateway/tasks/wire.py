@@ -16,7 +16,7 @@ from typing import Any
 
 from mcp_types import SERVER_INFO_META_KEY
 
-from ..protocol import Era, WireParams, WireResult
+from ..protocol import CLIENT_CAPABILITIES_KEY, TASKS_EXTENSION, Era, WireParams, WireResult, client_takes_tasks
 from .records import TaskRecord, TaskStatus, iso
 
 __all__ = [
@@ -24,16 +24,7 @@ __all__ = [
     "related_result", "task_fields",
 ]  # fmt: skip
 
-TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 RELATED_TASK_KEY = "io.modelcontextprotocol/related-task"
-CLIENT_CAPABILITIES_KEY = "io.modelcontextprotocol/clientCapabilities"
-
-
-def client_takes_tasks(meta: Mapping[str, Any] | None) -> bool:
-    """Whether a 2026-07-28 request declares the tasks extension in its per-request capabilities."""
-    caps = (meta or {}).get(CLIENT_CAPABILITIES_KEY)
-    extensions = caps.get("extensions") if isinstance(caps, dict) else None
-    return isinstance(extensions, dict) and isinstance(extensions.get(TASKS_EXTENSION), dict)
 
 
 def declaring_tasks(params: WireParams, era: Era) -> WireParams:
