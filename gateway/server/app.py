@@ -308,7 +308,7 @@ async def _build_runtime(
         upstream_tasks=task_requests(config.tasks), telemetry=CallTelemetry.of(ops.telemetry), limits=ops.limits,
         parking=parking,
     )
-    tasks = start_tasks(config.tasks, task_store, tg, pipeline=pipeline, catalog=catalog, scope=scope, fences=fences,
+    tasks = start_tasks(config.tasks, task_store, tg, pipeline=pipeline, fences=fences,
                         upstreams=upstreams, server_info=SERVER_INFO, supervisor=supervisor)
     if tasks is not None:
         pipeline.add_task_stage(tasks)

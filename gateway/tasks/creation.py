@@ -29,11 +29,10 @@ from mcp_types import INTERNAL_ERROR, METHOD_NOT_FOUND, MISSING_REQUIRED_CLIENT_
 
 from ..pipeline.calls import CallPipeline
 from ..pipeline.stages import TaskCreated, ToolCall
-from ..pipeline.catalog import Catalog, ToolRoute
+from ..pipeline.catalog import ToolRoute
 from ..conventions.answers import Answer
 from ..errors import RATE_LIMITED, RequestError, TaskBudgetExceeded, UpstreamError
 from ..fences import Fences, fingerprint
-from ..auth.scope import PrincipalScope
 from ..protocol import Era
 from ..upstreams.upstream import Upstream
 from . import wire
@@ -91,8 +90,6 @@ class TaskParts:
 
     store: TaskStore
     pipeline: CallPipeline
-    catalog: Catalog
-    scope: PrincipalScope
     fences: Fences
     upstreams: Mapping[str, Upstream]
     jobs: TaskJobs
