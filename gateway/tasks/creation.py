@@ -149,7 +149,7 @@ class TaskStarter:
     def _new_record(self, principal: str, route: ToolRoute, era: Era, ttl_ms: int) -> TaskRecord:
         now = self._p.clock()
         return TaskRecord(
-            task_id=secrets.token_urlsafe(24), principal=principal, tool=route.name, effect=route.effect, era=era.value,
+            task_id=secrets.token_urlsafe(24), principal=principal, tool=route.name, effect=route.effect, era=era,
             status=TaskStatus.WORKING, created_at=now, updated_at=now, poll_interval_ms=self._p.settings.poll_interval_ms,
             ttl_ms=ttl_ms, upstream=route.upstream, owner=self._p.jobs.owner, lease_until=now + self._p.jobs.lease_seconds,
         )

@@ -207,9 +207,9 @@ class Tasks:
             return taken or record
         logger.info("task %s: its process stopped; polling upstream task %s from here", record.task_id,
                     record.upstream_task_id)
-        sink = RecordSink(self.store, record.task_id, self._p.clock, carries_input=Era.of(record.era) is Era.MODERN,
+        sink = RecordSink(self.store, record.task_id, self._p.clock, carries_input=record.era is Era.MODERN,
                           ttl_ms=record.ttl_ms, resume_task_id=record.upstream_task_id)
-        call = ToolCall(principal=record.principal, name=record.tool, arguments={}, meta={}, era=Era.of(record.era),
+        call = ToolCall(principal=record.principal, name=record.tool, arguments={}, meta={}, era=record.era,
                         sink=sink)
         self._p.jobs.start(record.task_id, call_job(self._p.pipeline, call, sink, record.fence_id, settled=True))
         return taken

@@ -25,7 +25,7 @@ INFO = {"name": "dex-mcp-gateway", "version": "0"}
 
 def _record(task_id: str = "t1", principal: str = "alice", **changes: object) -> TaskRecord:
     base = TaskRecord(task_id=task_id, principal=principal, tool="srv__job", effect=Effect.NON_IDEMPOTENT_WRITE,
-                      era="2025-11-25", status=TaskStatus.WORKING, created_at=1000.0, updated_at=1000.0,
+                      era=Era.HANDSHAKE, status=TaskStatus.WORKING, created_at=1000.0, updated_at=1000.0,
                       poll_interval_ms=500, ttl_ms=60_000, owner=Owner("r1", "b1"), lease_until=1015.0)
     return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
 
