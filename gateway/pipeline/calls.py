@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Any
 
 import anyio
 from mcp_types import INVALID_PARAMS, INVALID_REQUEST, MISSING_REQUIRED_CLIENT_CAPABILITY
@@ -65,30 +65,19 @@ from ..upstreams.relay import CallRelay
 from ..auth.scope import PrincipalScope
 from ..protocol import Era, client_takes_tasks
 from .rounds import ROUND_KEYS, Parking, answer_rounds, not_provided_text, unanswerable
-from .stages import Answered, CallResult, InputRound, TaskCreated, TaskStage, ToolCall
+from .stages import Answered, CallResult, InputRound, Request, TaskCreated, TaskStage, ToolCall, UpstreamTaskRequests
 from ..upstreams.results import answer_from_result
 from .telemetry import NO_CALL_TELEMETRY, CallTelemetry
 from ..upstreams.upstream import Upstream, resend_delay
 
 __all__ = [
-    "CallPipeline", "Request", "STORE_BUSY_TEXT", "UpstreamTaskRequests", "forwardable_meta", "refuses_request",
-    "scoped_key",
+    "CallPipeline", "STORE_BUSY_TEXT", "forwardable_meta", "refuses_request", "scoped_key",
 ]
 
 logger = logging.getLogger(__name__)
 
 # Keys of the client's request _meta that belong to the client->gateway hop only.
 _HOP_LOCAL_KEYS = frozenset({"progressToken"})
-
-
-Request = Callable[..., Awaitable[dict[str, Any]]]
-
-
-class UpstreamTaskRequests(Protocol):
-    """Picks how a tools/call goes upstream: None for a plain request, else a request that runs it as
-    an upstream task and polls it to its end (gateway/tasks/requests.py)."""
-
-    def for_call(self, upstream: Upstream, route: ToolRoute, call: ToolCall) -> Request | None: ...
 
 
 class CallPipeline:

@@ -4,11 +4,12 @@
     CallResult   what the pipeline answers: TaskCreated | Answered | InputRound
     TaskStage    the pipeline's task stage, implemented by gateway/tasks/ (a protocol: the pipeline is
                  below the tasks package and never imports it)
+    UpstreamTaskRequests   how a call goes upstream when the upstream runs it as a task (gateway/tasks/)
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
@@ -18,10 +19,13 @@ from ..protocol import Era, WireResult
 from ..upstreams.relay import CallRelay
 
 if TYPE_CHECKING:
+    from ..upstreams.upstream import Upstream
     from .catalog import ToolRoute
     from .task_sink import UpstreamTaskSink
 
-__all__ = ["Answered", "CallResult", "InputRound", "TaskCreated", "TaskStage", "ToolCall"]
+__all__ = [
+    "Answered", "CallResult", "InputRound", "Request", "TaskCreated", "TaskStage", "ToolCall", "UpstreamTaskRequests",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,3 +86,13 @@ class TaskStage(Protocol):
 
     async def resolve(self, principal: str, answer: Answer) -> Answer:
         """A plain call whose fence holds a task answers the task's end."""
+
+
+Request = Callable[..., Awaitable[dict[str, Any]]]
+
+
+class UpstreamTaskRequests(Protocol):
+    """Picks how a tools/call goes upstream: None for a plain request, else a request that runs it as
+    an upstream task and polls it to its end (gateway/tasks/requests.py)."""
+
+    def for_call(self, upstream: "Upstream", route: "ToolRoute", call: ToolCall) -> Request | None: ...

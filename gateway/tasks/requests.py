@@ -17,8 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..pipeline.calls import Request
-from ..pipeline.stages import ToolCall
+from ..pipeline.stages import Request, ToolCall
 from ..pipeline.catalog import ToolRoute
 from ..upstreams.upstream import Upstream
 from .upstream import UpstreamTaskCall
