@@ -8,9 +8,8 @@ pending, dead      → read/idempotent_write: CAS take over           → Procee
                      other effects: CAS to unknown                  → FenceUnknown
 other tool/args    → refused, nothing changed                       → FenceRejected
 
-An owner is dead when its lease ran out, or at once when it is this replica under an
-older boot id (we restarted). Liveness compares leases with the wall clock, so replicas
-sharing PostgreSQL need synchronized clocks (NTP skew is far below the 15 s lease).
+An owner is dead as the lease rule says (gateway/storage/leases.py: its lease ran out, or it is
+this replica under an older boot id). NTP skew is far below the 15 s lease.
 """
 
 from __future__ import annotations
@@ -25,6 +24,7 @@ from typing import Any
 import anyio
 
 from gateway.conventions.keys import Effect
+from gateway.storage.leases import holder_dead
 
 from ..protocol import Result
 from .ids import fence_id, fingerprint
@@ -79,12 +79,7 @@ class Fences:
     # -- claiming ----------------------------------------------------------------------
 
     def owner_is_dead(self, record: FenceRecord) -> bool:
-        owner = record.owner
-        if owner is None:
-            return True
-        if owner.replica_id == self.owner.replica_id and owner.boot_id != self.owner.boot_id:
-            return True
-        return record.lease_until is None or record.lease_until <= self._clock()
+        return holder_dead(record.owner, record.lease_until, me=self.owner, now=self._clock())
 
     async def begin(
         self,

@@ -7,7 +7,6 @@
     FastPath          fastpath.py    stateless tools/call and tools/list, both eras
     SDK server        handlers.py    everything else (the official SDK's Streamable HTTP);
                       task_methods.py  tasks/* of both eras (the work: gateway/tasks/)
-                      parking.py     a handshake-era upstream's questions as input_required rounds
                       events.py      list changes and resource updates to clients; subscriptions/listen
                       sessions.py    live handshake-era sessions: log level, resource subscriptions
                       event_store.py SSE resumption of the stateful front (Last-Event-ID), per session
@@ -20,9 +19,7 @@ does the work, and `wire.py` gives every answer its era's wire form.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from starlette.types import ASGIApp
@@ -44,15 +41,14 @@ from ..http.body_limit import BodyLimit
 from .fastpath import FastPath
 from .events import ClientEvents, ListenStreams
 from .handlers import FrontParts, GatewayServer, build_server
-from .parking import Parking
+from ..pipeline.rounds import Parking
 from ..http.hosts import HostOriginGuard, HostOriginPolicy
 from .requests import RequestGate
 from .session_manager import GatewaySessionManager
 from .sessions import Sessions
 from .tools import ToolCalls, ToolListing
-from .wire import is_modern
 
-__all__ = ["Authenticator", "ClientEvents", "Front", "HostOriginPolicy", "Parking", "Sessions", "build_front"]
+__all__ = ["Authenticator", "ClientEvents", "Front", "HostOriginPolicy", "Sessions", "build_front"]
 
 
 
@@ -82,7 +78,7 @@ def build_front(
     parking: Parking | None = None,
 ) -> Front:
     server_info = SERVER_INFO
-    tool_calls = ToolCalls(pipeline, server_info, tasks, parking, _may_ask(catalog, upstreams))
+    tool_calls = ToolCalls(pipeline, server_info)
     listing = ToolListing(catalog, scope, server_info)
     passthrough = Passthrough(catalog, upstreams, scope, media)
     listen = ListenStreams(events, watch, scope)
@@ -121,16 +117,3 @@ def build_front(
     app = HostOriginGuard(app, HostOriginPolicy(server_cfg))
     return Front(app=app, server=server, manager=manager, listen=listen)
 
-
-def _may_ask(catalog: Catalog, upstreams: dict[str, Upstream]) -> Callable[[str], bool]:
-    """Whether a tool's upstream may ask the client something with a server-to-client request
-    (the handshake era; a 2026-07-28 upstream asks with input_required results itself)."""
-
-    def may_ask(tool: str) -> bool:
-        route = catalog.peek_tool(tool)
-        if route is None or route.upstream is None:
-            return route is None  # not listed yet: it may be; a connector never asks
-        upstream = upstreams.get(route.upstream)
-        return upstream is not None and not is_modern(upstream.protocol_version)
-
-    return may_ask

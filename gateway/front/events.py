@@ -34,6 +34,7 @@ from mcp.server.subscriptions import (
 )
 
 from ..errors import RequestError
+from ..protocol import Era
 from ..auth.principals import ANONYMOUS, PRINCIPAL_SCOPE_KEY
 from ..auth.scope import PrincipalScope
 from ..pipeline.subscriptions import ResourceWatch
@@ -71,7 +72,7 @@ class ClientEvents:
     async def task_saved(self, record: TaskRecord) -> None:
         """A task this process changed: its status to the handshake-era session that created it
         (2026-07-28 clients poll `tasks/get`; the extension has no status notification)."""
-        await self.sessions.task_status(task_fields(record, modern=False), terminal=record.status.terminal)
+        await self.sessions.task_status(task_fields(record, era=Era.HANDSHAKE), terminal=record.status.terminal)
 
 
 class ListenStreams:

@@ -33,11 +33,11 @@ from mcp.shared.inbound import (
     classify_inbound_request,
     find_duplicated_routing_header,
 )
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..pipeline.catalog import Catalog
 from ..errors import RequestError
+from ..protocol import HANDSHAKE_VERSIONS, MODERN_VERSIONS, Era
 from ..telemetry.tracing import NO_FRONT_SPAN, FrontSpan, front_span, trace_headers
 from ..auth.principals import ANONYMOUS, PRINCIPAL_SCOPE_KEY
 from ..http.asgi import read_body, replay_body
@@ -52,8 +52,8 @@ logger = logging.getLogger(__name__)
 
 PING_INTERVAL = 15.0
 _FAST_METHODS = frozenset({"tools/call", "tools/list"})
-_HANDSHAKE = frozenset(v.encode() for v in HANDSHAKE_PROTOCOL_VERSIONS)
-_MODERN = frozenset(v.encode() for v in MODERN_PROTOCOL_VERSIONS)
+_HANDSHAKE = frozenset(v.encode() for v in HANDSHAKE_VERSIONS)
+_MODERN = frozenset(v.encode() for v in MODERN_VERSIONS)
 _JSON_HEADERS = [(b"content-type", b"application/json")]
 _SSE_HEADERS = [
     (b"content-type", b"text/event-stream"),
@@ -85,7 +85,7 @@ class FastPath:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         version = _eligible(scope)
-        if version is None or (not self._handshake_era and version not in MODERN_PROTOCOL_VERSIONS):
+        if version is None or (not self._handshake_era and Era.of(version) is Era.HANDSHAKE):
             await self._app(scope, receive, send)
             return
         body = await read_body(receive, self._max_body)
@@ -93,40 +93,40 @@ class FastPath:
             await self._app(scope, receive, send)
             return
         message = _fast_request(scope.get(PARSED_MESSAGE))
-        if message is None or (version in MODERN_PROTOCOL_VERSIONS and not _envelope_ok(scope, message)):
+        era = Era.of(version)
+        if message is None or (era is Era.MODERN and not _envelope_ok(scope, message)):
             # Not ours: the SDK sees the request exactly as it came (and answers any error).
             await self._app(scope, replay_body(body, receive), send)
             return
-        modern = version in MODERN_PROTOCOL_VERSIONS
         principal = str(scope.get(PRINCIPAL_SCOPE_KEY, ANONYMOUS))
         request_id = message["id"]
         if message["method"] == "tools/list":
             with self._traced(scope, message, version, None):
-                result = await self._listing.encoded(principal, modern=modern)
-                head = b'{"jsonrpc":"2.0","id":' + encode_message(request_id, modern=modern) + b',"result":'
-                await _Exchange(send, modern).finish(head + result + b"}", 200)
+                result = await self._listing.encoded(principal, era=era)
+                head = b'{"jsonrpc":"2.0","id":' + encode_message(request_id, era=era) + b',"result":'
+                await _Exchange(send, era).finish(head + result + b"}", 200)
             return
         try:
             call = parse_tool_call(message.get("params"))
         except RequestError as exc:
             with self._traced(scope, message, version, None) as span:
                 span.error(exc.code, exc.message)
-                await _Exchange(send, modern).finish(*_error(request_id, exc, modern))
+                await _Exchange(send, era).finish(*_error(request_id, exc, era))
             return
-        if modern and self._needs_header_check(scope, call.name):
+        if era is Era.MODERN and self._needs_header_check(scope, call.name):
             await self._app(scope, replay_body(body, receive), send)
             return
-        exchange = _Exchange(send, modern)
+        exchange = _Exchange(send, era)
         relay = StreamRelay(exchange, call.meta, version)
 
         async def answer() -> tuple[bytes, int]:
             try:
-                result = await self._tool_calls.result(principal, call, relay, modern=modern)
+                result = await self._tool_calls.result(principal, call, relay, era=era)
             except RequestError as exc:
                 span.error(exc.code, exc.message)
-                return _error(request_id, exc, modern)
+                return _error(request_id, exc, era)
             span.result(result)
-            return encode_message({"jsonrpc": "2.0", "id": request_id, "result": result}, modern=modern), 200
+            return encode_message({"jsonrpc": "2.0", "id": request_id, "result": result}, era=era), 200
 
         with self._traced(scope, message, version, call.name) as span:
             await _run(answer, receive, exchange)
@@ -173,7 +173,7 @@ def _eligible(scope: Scope) -> str | None:
     if not content_type.startswith(b"application/json"):
         return None
     if version is None:
-        return HANDSHAKE_PROTOCOL_VERSIONS[-1]
+        return HANDSHAKE_VERSIONS[-1]
     if version in _HANDSHAKE or version in _MODERN:
         return version.decode()
     return None
@@ -194,12 +194,12 @@ def _envelope_ok(scope: Scope, message: dict[str, Any]) -> bool:
     return not isinstance(classify_inbound_request(message, headers=dict(raw)), InboundLadderRejection)
 
 
-def _error(request_id: Any, exc: RequestError, modern: bool) -> tuple[bytes, int]:
+def _error(request_id: Any, exc: RequestError, era: Era) -> tuple[bytes, int]:
     body = encode_message(
-        {"jsonrpc": "2.0", "id": request_id, "error": error_object(exc.code, exc.message, exc.data)}, modern=modern
+        {"jsonrpc": "2.0", "id": request_id, "error": error_object(exc.code, exc.message, exc.data)}, era=era
     )
     # The 2026 entry answers errors with the SDK's table-mapped HTTP status.
-    return body, ERROR_CODE_HTTP_STATUS.get(exc.code, 200) if modern else 200
+    return body, ERROR_CODE_HTTP_STATUS.get(exc.code, 200) if era is Era.MODERN else 200
 
 
 async def _run(answer: Callable[[], Awaitable[tuple[bytes, int]]], receive: Receive, exchange: "_Exchange") -> None:
@@ -238,14 +238,14 @@ async def _watch(receive: Receive, exchange: "_Exchange", scope: anyio.CancelSco
 class _Exchange:
     """One response: JSON unless something must be streamed first; then SSE to the end."""
 
-    def __init__(self, send: Send, modern: bool) -> None:
+    def __init__(self, send: Send, era: Era) -> None:
         self._send = send
-        self._modern = modern
+        self._era = era
         self._streaming = False
         self._lock = anyio.Lock(fast_acquire=True)  # uncontended: no extra trip through the event loop
 
     async def event(self, message: dict[str, Any]) -> None:
-        await self._stream(_sse(encode_message(message, modern=self._modern)))
+        await self._stream(_sse(encode_message(message, era=self._era)))
 
     async def ping(self) -> None:
         await self._stream(b": ping\r\n\r\n")

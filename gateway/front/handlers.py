@@ -27,19 +27,18 @@ from ..pipeline.catalog import Catalog
 from ..errors import RequestError
 from ..pipeline.passthrough import Passthrough
 from ..auth.principals import ANONYMOUS, PRINCIPAL_SCOPE_KEY
-from ..protocol import GATEWAY_NAME, GATEWAY_VERSION
+from ..protocol import GATEWAY_NAME, GATEWAY_VERSION, Era
 from ..pipeline.subscriptions import ResourceWatch
 from ..tasks import Tasks
 from ..tasks.wire import TASKS_EXTENSION
-from ..upstreams.input_rounds import is_input_required, round_params
+from ..pipeline.rounds import Parking, is_input_required, round_params
 from ..upstreams.relay import CallRelay
 from .events import ListenStreams
-from .parking import Parking
 from .relays import SessionRelay
 from .sessions import Sessions
 from .task_methods import TASK_METHODS, answer_task_method
 from .tools import ToolCalls, ToolListing, parse_tool_call
-from .wire import is_modern, result_wire
+from .wire import result_wire
 
 __all__ = ["FrontParts", "GatewayServer", "build_server"]
 
@@ -68,7 +67,7 @@ class GatewayServer(Server[Any]):
             update["prompts"] = types.PromptsCapability(list_changed=True)
         if caps.resources is not None:
             update["resources"] = types.ResourcesCapability(subscribe=True, list_changed=True)
-        if self.serves_tasks and not is_modern(kwargs.get("protocol_version")):
+        if self.serves_tasks and Era.of(kwargs.get("protocol_version")) is Era.HANDSHAKE:
             update["tasks"] = types.ServerTasksCapability(
                 list=types.TasksListCapability(), cancel=types.TasksCancelCapability(),
                 requests=types.ServerTasksRequestsCapability(tools=types.TasksToolsCapability(call=types.TasksCallCapability())),
@@ -136,27 +135,27 @@ class _Handlers:
             # A notification: the SDK drops unknown ones; a tools/call without an id never runs.
             return await call_next(ctx)
         self._p.sessions.remember(ctx)
-        modern = is_modern(ctx.protocol_version)
+        era = Era.of(ctx.protocol_version)
         if ctx.method == "tools/call":
             with _as_mcp_error():
                 request = parse_tool_call(ctx.params)
-                result = await self._p.tool_calls.result(_principal(ctx), request, self._relay(ctx), modern=modern)
-            if not modern and isinstance(result.get("task"), dict):
+                result = await self._p.tool_calls.result(_principal(ctx), request, self._relay(ctx), era=era)
+            if era is Era.HANDSHAKE and isinstance(result.get("task"), dict):
                 self._p.sessions.watch_task(ctx, result["task"])  # a CreateTaskResult: tell of its changes
             return result
         if ctx.method == "tools/list":
-            return await self._p.listing.result(_principal(ctx), modern=modern)
+            return await self._p.listing.result(_principal(ctx), era=era)
         if ctx.method in ("prompts/get", "resources/read"):
-            return await self._interactive(ctx, call_next, modern)
+            return await self._interactive(ctx, call_next, era)
         if ctx.method in TASK_METHODS and self._p.tasks is not None:
             headers = ctx.request.headers if ctx.request is not None else None
             with _as_mcp_error():
                 return await answer_task_method(
-                    self._p.tasks, ctx.method, ctx.params, _principal(ctx), modern=modern, headers=headers,
+                    self._p.tasks, ctx.method, ctx.params, _principal(ctx), era=era, headers=headers,
                 )
         return await call_next(ctx)
 
-    async def _interactive(self, ctx: ServerRequestContext[Any], call_next: Any, modern: bool) -> Any:
+    async def _interactive(self, ctx: ServerRequestContext[Any], call_next: Any, era: Era) -> Any:
         """`prompts/get` and `resources/read`: the upstream's answer, or (2026-07-28) its round of questions."""
         prompt = ctx.method == "prompts/get"
         model: type[BaseModel] = types.GetPromptRequestParams if prompt else types.ReadResourceRequestParams
@@ -176,7 +175,7 @@ class _Handlers:
 
         parking = self._p.parking
         with _as_mcp_error():
-            if parking is not None and modern and (parking.continues(rounds) or parking.may_ask(relay)):
+            if parking is not None and parking.takes(era, relay, rounds, upstream_may_ask=True):
                 # An upstream that asks on the handshake era: its questions become input_required rounds.
                 target = f"{ctx.method} {params.name if prompt else params.uri}"
                 result = await parking.round(principal, target, relay, rounds, work)
@@ -184,10 +183,10 @@ class _Handlers:
                 result = await work(relay)
             if not is_input_required(result):
                 _check(types.GetPromptResult if prompt else types.ReadResourceResult, result, ctx.method)
-                if modern and not prompt:
+                if era is Era.MODERN and not prompt:
                     result.setdefault("ttlMs", 0)
                     result["cacheScope"] = "private"  # what a principal may read is its own
-        return result_wire(result, modern=modern, server_info=self._p.server_info)
+        return result_wire(result, era=era, server_info=self._p.server_info)
 
     def _relay(self, ctx: ServerRequestContext[Any]) -> SessionRelay:
         return SessionRelay(ctx, self._p.sessions)

@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from ..errors import RelayRefused
 from ..upstreams.relay import ASKING_CAPABILITIES
 from .sessions import Sessions, level_allows
-from .wire import is_modern
+from ..protocol import Era
 
 __all__ = ["EventSink", "SessionRelay", "StreamRelay"]
 
@@ -59,7 +59,7 @@ class StreamRelay:
         self._sink = sink
         self._token = meta.get("progressToken")
         self._log_levels = allowed_log_levels(protocol_version, meta)
-        self.modern = is_modern(protocol_version)
+        self.modern = Era.of(protocol_version) is Era.MODERN
         # A handshake-era client without a session takes every level (the SDK's rule).
         self.log_level = _modern_level(meta) if self.modern else "debug"
         self._capabilities = _asking(meta.get(CLIENT_CAPABILITIES_META_KEY)) if self.modern else {}
@@ -100,7 +100,7 @@ class SessionRelay:
     def __init__(self, ctx: ServerRequestContext[Any], sessions: Sessions | None = None) -> None:
         self._ctx = ctx
         self._token = (ctx.meta or {}).get("progress_token")
-        self.modern = is_modern(ctx.protocol_version)
+        self.modern = Era.of(ctx.protocol_version) is Era.MODERN
         params: Mapping[str, Any] = ctx.params if isinstance(ctx.params, Mapping) else {}
         found = params.get("_meta")
         meta: Mapping[str, Any] = found if isinstance(found, Mapping) else {}

@@ -15,6 +15,7 @@ from typing import Any
 
 from mcp_types import INVALID_PARAMS, METHOD_NOT_FOUND, MISSING_REQUIRED_CLIENT_CAPABILITY
 
+from ..protocol import Era
 from ..errors import RequestError
 from ..name_header import name_mismatch
 from ..tasks import Tasks
@@ -28,17 +29,17 @@ _HANDSHAKE = frozenset({"tasks/get", "tasks/result", "tasks/cancel", "tasks/list
 
 
 async def answer_task_method(
-    tasks: Tasks, method: str, params: Any, principal: str, *, modern: bool, headers: Mapping[str, str] | None
+    tasks: Tasks, method: str, params: Any, principal: str, *, era: Era, headers: Mapping[str, str] | None
 ) -> dict[str, Any]:
     """The wire result of one task method; raises RequestError (the JSON-RPC error to answer)."""
-    if method not in (_MODERN if modern else _HANDSHAKE):
+    if method not in (_MODERN if era is Era.MODERN else _HANDSHAKE):
         raise RequestError(METHOD_NOT_FOUND, "Method not found", method)
     params = params if isinstance(params, dict) else {}
     if method == "tasks/list":
         cursor = params.get("cursor")
         return await tasks.list(principal, cursor if isinstance(cursor, str) else None)
     task_id = params.get("taskId")
-    if modern:
+    if era is Era.MODERN:
         # Over HTTP the header must name the task, by the rule the SDK applies to tools/call (stdio: no headers).
         mismatch = name_mismatch(method, params, headers) if headers is not None else None
         if mismatch is not None:
@@ -49,11 +50,11 @@ async def answer_task_method(
     if not isinstance(task_id, str) or not task_id:
         raise RequestError(INVALID_PARAMS, f"{method}: params.taskId must be a non-empty string")
     if method == "tasks/get":
-        return await tasks.get(principal, task_id, modern=modern)
+        return await tasks.get(principal, task_id, era=era)
     if method == "tasks/result":
         return await tasks.result(principal, task_id)
     if method == "tasks/cancel":
-        return await tasks.cancel(principal, task_id, modern=modern)
+        return await tasks.cancel(principal, task_id, era=era)
     responses = params.get("inputResponses")
     if not isinstance(responses, dict):
         raise RequestError(INVALID_PARAMS, "tasks/update: params.inputResponses must be an object")

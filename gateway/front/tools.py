@@ -1,29 +1,28 @@
 """`tools/call` and `tools/list` for every entry: parse the params, answer in the era's wire form.
 
 Both entries (the fast path and the SDK handlers) call these and only parse the request and
-write the response themselves; everything between the parsed call and the wire dict happens
-here and in the pipeline (gateway/pipeline/calls.py), once.
+write the response themselves; everything between the parsed call and its result (tasks, rounds,
+parking included) happens in the pipeline (gateway/pipeline/calls.py), once; here the result
+becomes the era's wire dict.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 
-from ..pipeline.calls import CallPipeline, ToolCall
+from ..pipeline.calls import CallPipeline
 from ..pipeline.catalog import Catalog
-from ..conventions.answers import Answer
-from ..errors import InputNotProvided, RequestError
+from ..pipeline.rounds import round_params
+from ..pipeline.stages import Answered, InputRound, TaskCreated, ToolCall
+from ..errors import RequestError
+from ..protocol import Era, Result
 from ..upstreams.relay import CallRelay
 from ..auth.scope import PrincipalScope
-from ..tasks import Tasks
-from ..tasks.wire import client_takes_tasks
-from ..upstreams.input_rounds import asked_methods, not_provided_text, round_params
-from .parking import Parking
 from .wire import encode_message, list_result, result_wire, tool_result
 
 __all__ = ["ToolCallRequest", "ToolCalls", "ToolListing", "parse_tool_call"]
@@ -63,66 +62,31 @@ def parse_tool_call(params: Any) -> ToolCallRequest:
 
 
 class ToolCalls:
-    """Answers `tools/call` for a principal: the pipeline, then the era's wire dict."""
+    """Answers `tools/call` for a principal: the pipeline's result in the era's wire form."""
 
-    def __init__(self, pipeline: CallPipeline, server_info: Mapping[str, Any], tasks: Tasks | None = None,
-                 parking: Parking | None = None, may_ask: Callable[[str], bool] | None = None) -> None:
+    def __init__(self, pipeline: CallPipeline, server_info: Mapping[str, Any]) -> None:
         self._pipeline = pipeline
         self._server_info = server_info
-        self._tasks = tasks
-        # A 2026-07-28 client's call of a tool whose upstream may ask it something on the handshake
-        # era (`may_ask(tool)`) runs parked, its questions asked as input_required rounds.
-        self._parking = parking
-        self._may_ask = may_ask
 
-    async def result(
-        self, principal: str, request: ToolCallRequest, relay: CallRelay | None, *, modern: bool
-    ) -> dict[str, Any]:
+    async def result(self, principal: str, request: ToolCallRequest, relay: CallRelay | None, *, era: Era) -> Result:
         """The wire result; raises RequestError (the JSON-RPC error to answer instead)."""
-        parking = self._parking
-        if parking is not None and relay is not None and modern and (
-            parking.continues(request.rounds)
-            or (parking.may_ask(relay) and not client_takes_tasks(request.meta)
-                and (self._may_ask is None or self._may_ask(request.name)))
-        ):
-            async def work(parked: CallRelay) -> dict[str, Any]:
-                return await self._result(principal, request, parked, modern=True)
-
-            # A round of the gateway's own questions gets the era's stamp; a result already has it.
-            result = await parking.round(principal, request.name, relay, request.rounds, work)
-            return result_wire(result, modern=True, server_info=self._server_info)
-        return await self._result(principal, request, relay, modern=modern)
-
-    async def _result(
-        self, principal: str, request: ToolCallRequest, relay: CallRelay | None, *, modern: bool
-    ) -> dict[str, Any]:
-        call = ToolCall(principal=principal, name=request.name, arguments=request.arguments, meta=request.meta, relay=relay,
-                        rounds=request.rounds)
+        call = ToolCall(principal=principal, name=request.name, arguments=request.arguments, meta=request.meta,
+                        relay=relay, era=era, task=request.task, rounds=request.rounds)
         try:
-            created: dict[str, Any] | Answer | None = None
-            if self._tasks is not None:
-                # The gateway answers with a task (gateway/tasks/) when the client asked for one, or
-                # (2026-07-28) when it takes tasks and the tool (or the upstream) makes one.
-                created = await self._tasks.tool_call(
-                    principal, request.name, request.arguments, request.meta, request.task,
-                    modern=modern, era=_era(modern), rounds=request.rounds,
-                )
-                if isinstance(created, dict):
-                    return created
-            answer = created if isinstance(created, Answer) else await self._pipeline.call(call)
-            if self._tasks is not None:
-                answer = await self._tasks.resolve(principal, answer)
-            if answer.input_required is not None and not modern:
-                # Only a 2026-07-28 client takes a round of questions as an answer.
-                answer = Answer.error_text(not_provided_text(request.name, InputNotProvided(
-                    asked_methods(answer.input_required), "it is served without a session that can carry them")))
+            result = await self._pipeline.call(call)
         except RequestError:
             raise
         except Exception:
             # A gateway bug: logged with its traceback, answered without one.
             logger.exception("tools/call %s failed inside the gateway", request.name)
             raise RequestError(INTERNAL_ERROR, "internal gateway error; see the gateway log") from None
-        return tool_result(answer, modern=modern, server_info=self._server_info)
+        match result:
+            case TaskCreated():
+                return result.result  # in its era's form already
+            case InputRound():
+                return result_wire(result.result, era=era, server_info=self._server_info)
+            case Answered():
+                return tool_result(result.answer, era=era, server_info=self._server_info)
 
 
 class ToolListing:
@@ -134,36 +98,32 @@ class ToolListing:
         self._scope = scope
         self._server_info = server_info
         self._version: object = None
-        self._cache: dict[tuple[Any, bool], tuple[dict[str, Any], bytes]] = {}
+        self._cache: dict[tuple[Any, Era], tuple[dict[str, Any], bytes]] = {}
 
-    async def result(self, principal: str, *, modern: bool) -> dict[str, Any]:
+    async def result(self, principal: str, *, era: Era) -> dict[str, Any]:
         """The result dict (a fresh top level: callers may add to it)."""
-        return dict((await self._entry(principal, modern))[0])
+        return dict((await self._entry(principal, era))[0])
 
-    async def encoded(self, principal: str, *, modern: bool) -> bytes:
+    async def encoded(self, principal: str, *, era: Era) -> bytes:
         """The result as JSON bytes, encoded as this era's transport encodes results."""
-        return (await self._entry(principal, modern))[1]
+        return (await self._entry(principal, era))[1]
 
-    async def _entry(self, principal: str, modern: bool) -> tuple[dict[str, Any], bytes]:
+    async def _entry(self, principal: str, era: Era) -> tuple[dict[str, Any], bytes]:
         version, routes = await self._catalog.tools_snapshot()
         if version != self._version:
             self._version, self._cache = version, {}
-        key = (self._scope.key(principal), modern)
+        key = (self._scope.key(principal), era)
         entry = self._cache.get(key)
         if entry is None:
-            tools = [_for_era(r.definition, modern) for r in routes if self._scope.may_use_tool(principal, r.name, r.upstream)]
-            result = list_result("tools", tools, modern=modern, server_info=self._server_info)
-            entry = (result, encode_message(result, modern=modern))
+            tools = [_for_era(r.definition, era) for r in routes if self._scope.may_use_tool(principal, r.name, r.upstream)]
+            result = list_result("tools", tools, era=era, server_info=self._server_info)
+            entry = (result, encode_message(result, era=era))
             self._cache[key] = entry
         return entry
 
 
-def _era(modern: bool) -> str:
-    return "2026-07-28" if modern else "2025-11-25"
-
-
-def _for_era(definition: dict[str, Any], modern: bool) -> dict[str, Any]:
+def _for_era(definition: dict[str, Any], era: Era) -> dict[str, Any]:
     """2026-07-28 tools carry no `execution` (tasks are an extension there; the server decides)."""
-    if modern and "execution" in definition:
+    if era is Era.MODERN and "execution" in definition:
         return {k: v for k, v in definition.items() if k != "execution"}
     return definition

@@ -18,23 +18,17 @@ from typing import Any
 
 import pydantic_core
 from mcp_types import SERVER_INFO_META_KEY
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-
 from ..conventions.answers import Answer
+from ..protocol import Era, Result
 
-__all__ = ["RESULT_COMPLETE", "encode_message", "error_object", "is_modern", "list_result", "result_wire", "tool_result"]
+__all__ = ["RESULT_COMPLETE", "encode_message", "error_object", "list_result", "result_wire", "tool_result"]
 
 RESULT_COMPLETE = "complete"
 
 
-def is_modern(protocol_version: str | None) -> bool:
-    """Whether a request of this protocol version is on the 2026-07-28 (per-request) era."""
-    return protocol_version in MODERN_PROTOCOL_VERSIONS
-
-
-def result_wire(result: dict[str, Any], *, modern: bool, server_info: Mapping[str, Any]) -> dict[str, Any]:
+def result_wire(result: Result, *, era: Era, server_info: Mapping[str, Any]) -> Result:
     """A result dict as this era's wire wants it (adds the 2026 keys in place; returns it)."""
-    if modern:
+    if era is Era.MODERN:
         result.setdefault("resultType", RESULT_COMPLETE)  # an upstream's input_required stays as it is
         meta = result.get("_meta")
         if not isinstance(meta, dict):
@@ -44,16 +38,16 @@ def result_wire(result: dict[str, Any], *, modern: bool, server_info: Mapping[st
     return result
 
 
-def list_result(key: str, items: list[Any], *, modern: bool, server_info: Mapping[str, Any]) -> dict[str, Any]:
+def list_result(key: str, items: list[Any], *, era: Era, server_info: Mapping[str, Any]) -> Result:
     """A complete (one page) list result; on 2026-07-28 with its freshness hints (SEP-2549):
     immediately stale and private, because what a principal may list is its own."""
-    result: dict[str, Any] = {"ttlMs": 0, "cacheScope": "private", key: items} if modern else {key: items}
-    return result_wire(result, modern=modern, server_info=server_info)
+    result: Result = {"ttlMs": 0, "cacheScope": "private", key: items} if era is Era.MODERN else {key: items}
+    return result_wire(result, era=era, server_info=server_info)
 
 
-def tool_result(answer: Answer, *, modern: bool, server_info: Mapping[str, Any]) -> dict[str, Any]:
+def tool_result(answer: Answer, *, era: Era, server_info: Mapping[str, Any]) -> Result:
     """The `tools/call` result of an answer (fresh top-level dict; content shared, never mutated)."""
-    return result_wire(answer.to_wire(), modern=modern, server_info=server_info)
+    return result_wire(answer.to_wire(), era=era, server_info=server_info)
 
 
 def error_object(code: int, message: str, data: Any = None) -> dict[str, Any]:
@@ -64,8 +58,8 @@ def error_object(code: int, message: str, data: Any = None) -> dict[str, Any]:
     return error
 
 
-def encode_message(message: Mapping[str, Any], *, modern: bool) -> bytes:
+def encode_message(message: Mapping[str, Any], *, era: Era) -> bytes:
     """One JSON-RPC message as bytes, exactly as the SDK transport of that era writes it."""
-    if modern:
+    if era is Era.MODERN:
         return json.dumps(message, separators=(",", ":")).encode()
     return pydantic_core.to_json(message)

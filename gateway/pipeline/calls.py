@@ -1,14 +1,21 @@
-"""The tools/call pipeline, the one tail every entry shares:
+"""The tools/call pipeline, the one path every entry shares:
 
-    route -> policy -> rate limit -> fence (claim / replay / unknown) -> dispatch (attempts, with a
+    route (once) -> parking (a 2026-07-28 client's call to an upstream that asks on the handshake era)
+          -> tasks (the task stage: a task created, or the call runs plain) -> the tail -> the round rule
+          -> TaskCreated | Answered | InputRound (gateway/pipeline/stages.py)
+
+    the tail: policy -> rate limit -> fence (claim / replay / unknown) -> dispatch (attempts, with a
           jittered wait before each re-send) -> check the upstream result -> outcome
           -> media (images -> references) -> result size limit -> fence (store) -> Answer
+
+The round rule: an upstream's `input_required` round goes to a 2026-07-28 client as it is; a
+handshake-era client gets a failed result instead (gateway/pipeline/rounds.py holds rounds and parking).
 
 Telemetry (gateway/pipeline/telemetry.py) wraps the call after the rate limit (a span, the metrics)
 and each upstream attempt (its span).
 
 Each stage lives in its own module; this one only strings them together in the order of the
-diagram in docs/architecture.md. The front turns the Answer into the wire dict of its era
+diagram in docs/architecture.md. The front turns the result into the wire dict of its era
 (gateway/front/wire.py), whichever entry took the request.
 """
 
@@ -16,9 +23,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
 
 import anyio
 from mcp_types import INVALID_PARAMS, INVALID_REQUEST, MISSING_REQUIRED_CLIENT_CAPABILITY
@@ -56,52 +63,21 @@ from ..auth.principals import ANONYMOUS
 from .ratelimits import NO_LIMITS, RateLimits
 from ..upstreams.relay import CallRelay
 from ..auth.scope import PrincipalScope
-from ..upstreams.input_rounds import ROUND_KEYS, answer_rounds, not_provided_text
+from ..protocol import Era, client_takes_tasks
+from .rounds import ROUND_KEYS, Parking, answer_rounds, not_provided_text, unanswerable
+from .stages import Answered, CallResult, InputRound, Request, TaskCreated, TaskStage, ToolCall, UpstreamTaskRequests
 from ..upstreams.results import answer_from_result
 from .telemetry import NO_CALL_TELEMETRY, CallTelemetry
 from ..upstreams.upstream import Upstream, resend_delay
 
-if TYPE_CHECKING:
-    from .task_sink import UpstreamTaskSink
-
 __all__ = [
-    "CallPipeline", "Request", "STORE_BUSY_TEXT", "ToolCall", "UpstreamTaskRequests", "forwardable_meta",
-    "refuses_request", "scoped_key",
+    "CallPipeline", "STORE_BUSY_TEXT", "forwardable_meta", "refuses_request", "scoped_key",
 ]
 
 logger = logging.getLogger(__name__)
 
 # Keys of the client's request _meta that belong to the client->gateway hop only.
 _HOP_LOCAL_KEYS = frozenset({"progressToken"})
-
-
-@dataclass(frozen=True, slots=True)
-class ToolCall:
-    """One tools/call as the front received it."""
-
-    principal: str
-    name: str
-    arguments: dict[str, Any]
-    meta: Mapping[str, Any]
-    relay: CallRelay | None = None  # progress, logs and requests back to the client
-    task: "UpstreamTaskSink | None" = None  # set when the call runs as a gateway task (gateway/tasks/)
-    # A 2026-07-28 client's later round of a multi-round-trip call: inputResponses, requestState.
-    rounds: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def idempotency_key(self) -> str | None:
-        key = self.meta.get(IDEMPOTENCY_KEY)
-        return key if isinstance(key, str) and key else None
-
-
-Request = Callable[..., Awaitable[dict[str, Any]]]
-
-
-class UpstreamTaskRequests(Protocol):
-    """Picks how a tools/call goes upstream: None for a plain request, else a request that runs it as
-    an upstream task and polls it to its end (gateway/tasks/requests.py)."""
-
-    def for_call(self, upstream: Upstream, route: ToolRoute, call: ToolCall) -> Request | None: ...
 
 
 class CallPipeline:
@@ -117,6 +93,7 @@ class CallPipeline:
         upstream_tasks: UpstreamTaskRequests | None = None,
         telemetry: CallTelemetry = NO_CALL_TELEMETRY,
         limits: RateLimits = NO_LIMITS,
+        parking: Parking | None = None,
     ) -> None:
         self._catalog = catalog
         self._scope = scope
@@ -128,11 +105,55 @@ class CallPipeline:
         self._upstream_tasks = upstream_tasks
         self._telemetry = telemetry  # spans and metrics (gateway/pipeline/telemetry.py)
         self._limits = limits  # per principal and upstream (gateway/pipeline/ratelimits.py)
+        # Questions of a handshake-era upstream asked of a 2026-07-28 client (gateway/pipeline/rounds.py).
+        self._parking = parking
+        self._tasks: TaskStage | None = None  # tasks on: set by add_task_stage
 
-    async def call(self, call: ToolCall, *, admitted: bool = False) -> Answer:
-        """The answer to one call; raises UnknownToolError for a name the principal cannot reach.
-        `admitted`: the rate limit was already applied (a task's call: gateway/tasks/creation.py)."""
+    def add_task_stage(self, stage: TaskStage) -> None:
+        """The task stage (gateway/tasks/), made after the pipeline its tasks run their calls with."""
+        self._tasks = stage
+
+    async def call(self, call: ToolCall) -> CallResult:
+        """What the front writes for one call. Raises UnknownToolError for a name the principal
+        cannot reach, RequestError for a request the gateway refuses (RateLimited, ...)."""
         route = await self._route(call)
+        parking = self._parking
+        if parking is not None and call.relay is not None and parking.takes(
+            call.era, call.relay, call.rounds, upstream_may_ask=self._upstream_may_ask(route, call)
+        ):
+            async def work(relay: CallRelay) -> CallResult:
+                return await self._staged(route, replace(call, relay=relay))
+
+            parked = await parking.round(call.principal, call.name, call.relay, call.rounds, work)
+            return InputRound(parked) if isinstance(parked, dict) else parked
+        return await self._staged(route, call)
+
+    async def _staged(self, route: ToolRoute, call: ToolCall) -> CallResult:
+        """The task stage, the tail, and the round rule."""
+        started = await self._tasks.start(route, call) if self._tasks is not None else None
+        if isinstance(started, TaskCreated):
+            return started
+        answer = started if started is not None else await self.tail(route, call)
+        if self._tasks is not None:
+            answer = await self._tasks.resolve(call.principal, answer)
+        if answer.input_required is None:
+            return Answered(answer)
+        if call.era is Era.MODERN:
+            return InputRound(answer.to_wire())
+        return Answered(unanswerable(call.name, answer))  # only a 2026-07-28 client takes a round
+
+    def _upstream_may_ask(self, route: ToolRoute, call: ToolCall) -> bool:
+        """Whether the tool's upstream may ask the client something with a server-to-client request
+        (the handshake era; a 2026-07-28 upstream asks with input_required results itself) in a call
+        that does not run as a task (a client that takes tasks answers the task's questions)."""
+        if route.upstream is None or client_takes_tasks(call.meta):
+            return False  # a connector never asks
+        upstream = self._upstreams.get(route.upstream)
+        return upstream is not None and Era.of(upstream.protocol_version) is Era.HANDSHAKE
+
+    async def tail(self, route: ToolRoute, call: ToolCall, *, admitted: bool = False) -> Answer:
+        """The answer of a routed call (the pipeline's tail). `admitted`: the rate limit was already
+        applied (a task's call: gateway/tasks/creation.py)."""
         if not admitted:
             await self.admit(call.principal, route)
         with self._telemetry.call(route) as seen:
@@ -166,10 +187,10 @@ class CallPipeline:
             return refused or (await self._dispatch(route, call, fence_id=None, takeover=False)).answer
         return await self._fenced(route, call, key)
 
-    async def call_settled(self, call: ToolCall, *, fence_id: str | None) -> Answer:
+    async def tail_settled(self, call: ToolCall, *, fence_id: str | None, route: ToolRoute | None = None) -> Answer:
         """A call whose fence is already settled (a task holds it: gateway/tasks/): the tail without
-        the fence. Raises UnknownToolError like `call`."""
-        route = await self._route(call)
+        the fence. Without `route` (a task taken over), raises UnknownToolError like `call`."""
+        route = route or await self._route(call)
         with self._telemetry.call(route) as seen:
             seen.answer = answer = (await self._dispatch(route, call, fence_id=fence_id, takeover=False)).answer
         return answer

@@ -24,7 +24,7 @@ from ..errors import InputNotProvided, RequestError, UpstreamAnswerTooLarge, Ups
 from ..media.serving import MediaReader
 from ..upstreams.relay import CAPABILITY_OF, CallRelay
 from ..auth.scope import PrincipalScope
-from ..upstreams.input_rounds import answer_rounds, asked_methods, is_input_required
+from .rounds import answer_rounds, asked_methods, is_input_required
 from ..upstreams.results import without_hop_keys
 from ..upstreams.rpc import MODERN_VERSION
 from ..upstreams.upstream import Upstream

@@ -9,7 +9,7 @@ __all__ = ["UpstreamTaskSink"]
 
 
 class UpstreamTaskSink(Protocol):
-    """Handed down with a call that runs as a gateway task (`ToolCall.task`)."""
+    """Handed down with a call that runs as a gateway task (`ToolCall.sink`: gateway/pipeline/stages.py)."""
 
     # Set when another process resumes polling an upstream task it took over (no new upstream task).
     resume_task_id: str | None

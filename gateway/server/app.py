@@ -25,6 +25,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..pipeline.telemetry import CallTelemetry
 from ..pipeline.calls import CallPipeline
+from ..pipeline.rounds import Parking
 from ..pipeline.catalog import Catalog
 from ..config.model import GatewayConfig
 from ..connectors import ConnectorRegistry
@@ -33,7 +34,7 @@ from ..connectors.bindings.policy import BindingPolicy
 from ..storage.database import Database, opened
 from .drain import Drain
 from ..fences import Fences, FenceStore, Owner, open_fence_store
-from ..front import Authenticator, ClientEvents, Parking, Sessions, build_front
+from ..front import Authenticator, ClientEvents, Sessions, build_front
 from ..http.auth import BearerAuth
 from ..front.events import ListenStreams
 from ..http.hosts import HostOriginGuard, HostOriginPolicy
@@ -301,14 +302,18 @@ async def _build_runtime(
     for upstream in upstreams.values():
         upstream.resource_listeners.append(lambda uri: spawn("resource notifier", partial(events.resource_updated, uri)))
     scope = PrincipalScope(config.auth)
+    parking = Parking(tg)
     pipeline = CallPipeline(
         catalog, upstreams, fences, scope, max_result_bytes=config.server.max_result_bytes, media=media.stage,
         upstream_tasks=task_requests(config.tasks), telemetry=CallTelemetry.of(ops.telemetry), limits=ops.limits,
+        parking=parking,
     )
-    tasks = start_tasks(config.tasks, task_store, tg, pipeline=pipeline, catalog=catalog, scope=scope, fences=fences,
+    tasks = start_tasks(config.tasks, task_store, tg, pipeline=pipeline, fences=fences,
                         upstreams=upstreams, server_info=SERVER_INFO, supervisor=supervisor)
+    if tasks is not None:
+        pipeline.add_task_stage(tasks)
     front = build_front(config, authenticator, catalog, pipeline, upstreams, scope, events, watch, media.reader, tasks,
-                        telemetry=ops.telemetry, parking=Parking(tg))
+                        telemetry=ops.telemetry, parking=parking)
     ops.drain.watch_streams(front.listen)
 
     async def connectors_changed() -> None:

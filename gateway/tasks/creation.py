@@ -2,7 +2,7 @@
 
 The fence of a keyed call is settled at once with a marker naming the task (one insert: see
 `Fences.settle`), so a retry with the same key gets the same task and never a second upstream
-task; the task's call then runs the pipeline's tail without the fence (`call_settled`). A key
+task; the task's call then runs the pipeline's tail without the fence (`tail_settled`). A key
 that already names a plain call runs the fenced pipeline instead (it replays, waits or refuses).
 
 Two ways in:
@@ -27,13 +27,13 @@ from typing import Any
 import anyio
 from mcp_types import INTERNAL_ERROR, METHOD_NOT_FOUND, MISSING_REQUIRED_CLIENT_CAPABILITY
 
-from ..pipeline.calls import CallPipeline, ToolCall
-from ..pipeline.catalog import Catalog, ToolRoute
+from ..pipeline.calls import CallPipeline
+from ..pipeline.stages import TaskCreated, ToolCall
+from ..pipeline.catalog import ToolRoute
 from ..conventions.answers import Answer
-from ..conventions.keys import IDEMPOTENCY_KEY
 from ..errors import RATE_LIMITED, RequestError, TaskBudgetExceeded, UpstreamError
 from ..fences import Fences, fingerprint
-from ..auth.scope import PrincipalScope
+from ..protocol import Era
 from ..upstreams.upstream import Upstream
 from . import wire
 from .jobs import Job, RecordSink, TaskJobs
@@ -68,15 +68,17 @@ class _Start:
     existing: TaskRecord | None = None  # the key already names this task: answer it
 
 
-def call_job(pipeline: CallPipeline, call: ToolCall, sink: RecordSink, fence_id: str | None, *, settled: bool) -> Job:
+def call_job(pipeline: CallPipeline, call: ToolCall, sink: RecordSink, fence_id: str | None, *, settled: bool,
+             route: ToolRoute | None = None) -> Job:
     """The job of a task: the pipeline's tail (without the fence when the task holds it; the rate
-    limit was applied when the task was created)."""
+    limit was applied when the task was created), on the route the call was created with (none for a
+    task taken over from a dead process: resolved then)."""
 
     async def run() -> tuple[Answer, dict[str, Any] | None]:
-        if settled:
-            answer = await pipeline.call_settled(call, fence_id=fence_id)
+        if settled or route is None:
+            answer = await pipeline.tail_settled(call, fence_id=fence_id, route=route)
         else:
-            answer = await pipeline.call(call, admitted=True)
+            answer = await pipeline.tail(route, call, admitted=True)
         return answer, sink.upstream_error
 
     return run
@@ -88,8 +90,6 @@ class TaskParts:
 
     store: TaskStore
     pipeline: CallPipeline
-    catalog: Catalog
-    scope: PrincipalScope
     fences: Fences
     upstreams: Mapping[str, Upstream]
     jobs: TaskJobs
@@ -103,41 +103,40 @@ class TaskStarter:
         self._p = parts
         self._check = check  # the lost-task rule, applied to a task a retry finds
 
-    async def tool_call(self, principal: str, name: str, arguments: dict[str, Any], meta: dict[str, Any],
-                        task_param: dict[str, Any] | None, *, modern: bool, era: str,
-                        rounds: Mapping[str, Any] | None = None) -> dict[str, Any] | Answer | None:
-        route = await self._p.catalog.tool(name)
-        if route is None or not self._p.scope.may_use_tool(principal, route.name, route.upstream):
-            return None  # the pipeline answers the unknown tool
-        if modern:
-            takes = wire.client_takes_tasks(meta)
+    async def start(self, route: ToolRoute, call: ToolCall) -> TaskCreated | Answer | None:
+        """The task stage of a routed call (gateway/pipeline/stages.py `TaskStage.start`)."""
+        era, principal = call.era, call.principal
+        if era is Era.MODERN:
+            takes = wire.client_takes_tasks(call.meta)
             if takes and route.task_support == "forbidden" and await self._upstream_decides(route):
-                return await self._provisional(principal, route, name, arguments, meta, era=era, rounds=rounds or {})
+                return await self._provisional(route, call)
             wanted = takes and route.task_support != "forbidden"
         else:
-            wanted = task_param is not None and (self._p.settings.augment or route.task_support != "forbidden")
+            wanted = call.task is not None and (self._p.settings.augment or route.task_support != "forbidden")
         if not wanted:
             if route.task_support == "required" and self._p.settings.plain_required == "refuse":
-                raise _refusal(route.name, modern)
+                raise _refusal(route.name, era)
             return None
-        refused = await self._admit(principal, route, name, arguments, meta)
+        refused = await self._admit(route, call)
         if refused is not None:
             return refused
-        start = await self._settle(self._new_record(principal, route, era, self._ttl(task_param)), route, arguments, meta)
+        start = await self._settle(self._new_record(principal, route, era, self._ttl(call.task)), route, call)
         if start.existing is not None:
-            return wire.created(start.existing, modern=modern, server_info=self._p.server_info)
+            return TaskCreated(wire.created(start.existing, era=era, server_info=self._p.server_info))
         record = start.record
-        sink = RecordSink(self._p.store, record.task_id, self._p.clock, carries_input=modern, ttl_ms=record.ttl_ms)
-        call = ToolCall(principal=principal, name=name, arguments=arguments, meta=meta, task=sink)
+        sink = RecordSink(self._p.store, record.task_id, self._p.clock, carries_input=era is Era.MODERN, ttl_ms=record.ttl_ms)
+        job_call = ToolCall(principal=principal, name=call.name, arguments=call.arguments, meta=call.meta, era=era,
+                            sink=sink)
         await self._p.store.insert(record)
-        self._p.jobs.start(record.task_id, call_job(self._p.pipeline, call, sink, record.fence_id, settled=start.settled))
-        return wire.created(record, modern=modern, server_info=self._p.server_info)
+        self._p.jobs.start(record.task_id, call_job(self._p.pipeline, job_call, sink, record.fence_id,
+                                                    settled=start.settled, route=route))
+        return TaskCreated(wire.created(record, era=era, server_info=self._p.server_info))
 
-    async def _admit(self, principal: str, route: ToolRoute, name: str, arguments: dict[str, Any],
-                     meta: dict[str, Any]) -> Answer | None:
+    async def _admit(self, route: ToolRoute, call: ToolCall) -> Answer | None:
         """Before a task is made: the policy's refusal (answered as for a plain call, no task), the
         rate limit (RateLimited, -32029) and the principal's budget of stored results."""
-        refused = self._p.pipeline.refusal(route, ToolCall(principal=principal, name=name, arguments=arguments, meta=meta))
+        principal = call.principal
+        refused = self._p.pipeline.refusal(route, call)
         if refused is not None:
             return refused
         await self._p.pipeline.admit(principal, route)
@@ -147,7 +146,7 @@ class TaskStarter:
             raise TaskBudgetExceeded(principal, held, limit)
         return None
 
-    def _new_record(self, principal: str, route: ToolRoute, era: str, ttl_ms: int) -> TaskRecord:
+    def _new_record(self, principal: str, route: ToolRoute, era: Era, ttl_ms: int) -> TaskRecord:
         now = self._p.clock()
         return TaskRecord(
             task_id=secrets.token_urlsafe(24), principal=principal, tool=route.name, effect=route.effect, era=era,
@@ -155,16 +154,15 @@ class TaskStarter:
             ttl_ms=ttl_ms, upstream=route.upstream, owner=self._p.jobs.owner, lease_until=now + self._p.jobs.lease_seconds,
         )
 
-    def _ttl(self, task_param: dict[str, Any] | None) -> int:
+    def _ttl(self, task_param: Mapping[str, Any] | None) -> int:
         asked = (task_param or {}).get("ttl")
         if isinstance(asked, int) and not isinstance(asked, bool) and asked > 0:
             return min(asked, self._p.settings.max_ttl_ms)
         return self._p.settings.default_ttl_ms
 
-    async def _settle(self, record: TaskRecord, route: ToolRoute, arguments: dict[str, Any],
-                      meta: dict[str, Any]) -> _Start:
-        key = meta.get(IDEMPOTENCY_KEY)
-        if not isinstance(key, str) or not key:
+    async def _settle(self, record: TaskRecord, route: ToolRoute, call: ToolCall) -> _Start:
+        key, arguments = call.idempotency_key, call.arguments
+        if key is None:
             return _Start(record)
         inserted, fence = await self._p.fences.settle(principal=record.principal, key=key, tool=route.name,
                                                     arguments=arguments, effect=route.effect,
@@ -194,27 +192,28 @@ class TaskStarter:
         if upstream is None:
             return False
         try:
-            era, _ = await upstream.connection_facts()
+            version, _ = await upstream.connection_facts()
         except UpstreamError:
             return False
-        return wire.is_modern(era)
+        return Era.of(version) is Era.MODERN
 
-    async def _provisional(self, principal: str, route: ToolRoute, name: str, arguments: dict[str, Any],
-                           meta: dict[str, Any], *, era: str, rounds: Mapping[str, Any]) -> dict[str, Any] | Answer:
-        refused = await self._admit(principal, route, name, arguments, meta)
+    async def _provisional(self, route: ToolRoute, call: ToolCall) -> TaskCreated | Answer:
+        era = call.era
+        refused = await self._admit(route, call)
         if refused is not None:
             return refused
-        start = await self._settle(self._new_record(principal, route, era, self._p.settings.default_ttl_ms), route,
-                                   arguments, meta)
+        start = await self._settle(self._new_record(call.principal, route, era, self._p.settings.default_ttl_ms), route,
+                                   call)
         if start.existing is not None:
-            return wire.created(start.existing, modern=True, server_info=self._p.server_info)
+            return TaskCreated(wire.created(start.existing, era=era, server_info=self._p.server_info))
         record = start.record
         sink = RecordSink(self._p.store, record.task_id, self._p.clock, carries_input=True, ttl_ms=record.ttl_ms)
         # Written before the call starts, like any task: a process that dies mid-call leaves a task
         # that the lost-task rule ends, never a key whose retry would send the call again.
         await self._p.store.insert(record)
-        call = ToolCall(principal=principal, name=name, arguments=arguments, meta=meta, task=sink, rounds=rounds)
-        job = call_job(self._p.pipeline, call, sink, record.fence_id, settled=start.settled)
+        job_call = ToolCall(principal=call.principal, name=call.name, arguments=call.arguments, meta=call.meta, era=era,
+                            sink=sink, rounds=call.rounds)
+        job = call_job(self._p.pipeline, job_call, sink, record.fence_id, settled=start.settled, route=route)
         finished = anyio.Event()
         answers: list[Answer] = []
 
@@ -232,14 +231,14 @@ class TaskStarter:
                 tg.start_soon(_set_then_cancel, event, tg.cancel_scope)
         if sink.upstream_created.is_set():
             stored = await self._p.store.get(record.task_id)
-            return wire.created(stored or record, modern=True, server_info=self._p.server_info)
+            return TaskCreated(wire.created(stored or record, era=era, server_info=self._p.server_info))
         if not answers:
             raise RequestError(INTERNAL_ERROR, "internal gateway error; see the gateway log")
         return answers[0]  # answered at once (the job writes it as the task's end too)
 
 
-def _refusal(tool: str, modern: bool) -> RequestError:
-    if modern:
+def _refusal(tool: str, era: Era) -> RequestError:
+    if era is Era.MODERN:
         return RequestError(MISSING_REQUIRED_CLIENT_CAPABILITY, f"the tool {tool} runs only as a task; declare the "
                             f"{wire.TASKS_EXTENSION} extension in the request's client capabilities",
                             {"requiredCapabilities": {"extensions": {wire.TASKS_EXTENSION: {}}}})

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..conventions.keys import Effect
 from ..fences.records import Owner
+from ..protocol import Era
 
 __all__ = ["COLUMNS", "TaskRecord", "TaskStatus", "iso", "record_from_row", "record_to_row"]
 
@@ -38,7 +39,7 @@ class TaskRecord:
     principal: str
     tool: str  # the exposed tool name
     effect: Effect
-    era: str  # the protocol version of the client that created it (decides its wire form)
+    era: Era  # the era of the client that created it (decides its wire form); stored as its version
     status: TaskStatus
     created_at: float
     updated_at: float
@@ -51,7 +52,7 @@ class TaskRecord:
     fence_id: str | None = None
     upstream: str | None = None
     upstream_task_id: str | None = None
-    upstream_era: str | None = None
+    upstream_era: str | None = None  # the protocol version its upstream negotiated
     # True when any replica may poll the upstream task (a stateless HTTP upstream); False when
     # only the process holding the upstream session can (stdio, a handshake-era HTTP session).
     upstream_stateless: bool = False
@@ -74,6 +75,7 @@ class TaskRecord:
         """JSON-ready view for operators (`dex-gateway tasks show`)."""
         data = asdict(self)
         data["effect"] = self.effect.value
+        data["era"] = self.era.value
         data["status"] = self.status.value
         data["owner"] = None if self.owner is None else f"{self.owner.replica_id}/{self.owner.boot_id}"
         for name in ("created_at", "updated_at", "lease_until"):
@@ -109,7 +111,7 @@ COLUMNS = (
 
 def record_to_row(r: TaskRecord) -> tuple[Any, ...]:
     return (
-        r.task_id, r.principal, r.tool, r.effect.value, r.era, r.status.value, r.created_at, r.updated_at,
+        r.task_id, r.principal, r.tool, r.effect.value, r.era.value, r.status.value, r.created_at, r.updated_at,
         r.poll_interval_ms, r.ttl_ms, r.status_message, _dump(r.result), _dump(r.error), r.fence_id, r.upstream,
         r.upstream_task_id, r.upstream_era, int(r.upstream_stateless),
         r.owner.replica_id if r.owner else None, r.owner.boot_id if r.owner else None,
@@ -121,7 +123,7 @@ def record_from_row(row: Any) -> TaskRecord:
     (task_id, principal, tool, effect, era, status, created, updated, poll, ttl, message, result, error, fence,
      upstream, up_id, up_era, up_stateless, o_rep, o_boot, lease, inputs, cancel, version) = tuple(row)  # fmt: skip
     return TaskRecord(
-        task_id=task_id, principal=principal, tool=tool, effect=Effect(effect), era=era, status=TaskStatus(status),
+        task_id=task_id, principal=principal, tool=tool, effect=Effect(effect), era=Era.of(era), status=TaskStatus(status),
         created_at=created, updated_at=updated, poll_interval_ms=int(poll), ttl_ms=None if ttl is None else int(ttl),
         status_message=message, result=_load(result), error=_load(error), fence_id=fence, upstream=upstream,
         upstream_task_id=up_id, upstream_era=up_era, upstream_stateless=bool(up_stateless),

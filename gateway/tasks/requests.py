@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..pipeline.calls import Request, ToolCall
+from ..pipeline.stages import Request, ToolCall
 from ..pipeline.catalog import ToolRoute
 from ..upstreams.upstream import Upstream
 from .upstream import UpstreamTaskCall
@@ -32,5 +32,5 @@ class TaskRequests:
         self._refuse_plain = refuse_plain
 
     def for_call(self, upstream: Upstream, route: ToolRoute, call: ToolCall) -> Request | None:
-        return UpstreamTaskCall(upstream, route.name, route.effect, route.task_support, call.task,
+        return UpstreamTaskCall(upstream, route.name, route.effect, route.task_support, call.sink,
                                 self._default_ttl_ms, self._clock, self._refuse_plain).request

@@ -11,11 +11,9 @@ from typing import Any
 from anyio.abc import TaskGroup
 
 from ..pipeline.calls import CallPipeline
-from ..pipeline.catalog import Catalog
 from ..config.model import TasksConfig
 from ..storage.database import Database, opened
 from ..fences import Fences
-from ..auth.scope import PrincipalScope
 from ..supervision import Supervisor
 from ..upstreams.upstream import Upstream
 from .jobs import TaskJobs
@@ -49,9 +47,10 @@ def task_requests(config: TasksConfig) -> TaskRequests | None:
 
 
 def start_tasks(config: TasksConfig, store: TaskStore | None, tg: TaskGroup, *, pipeline: CallPipeline,
-                catalog: Catalog, scope: PrincipalScope, fences: Fences, upstreams: Mapping[str, Upstream],
-                server_info: Mapping[str, Any], supervisor: Supervisor | None = None) -> Tasks | None:
-    """The tasks service, its lease keeper and sweeper running in `tg` (None when tasks are off)."""
+                fences: Fences, upstreams: Mapping[str, Upstream], server_info: Mapping[str, Any],
+                supervisor: Supervisor | None = None) -> Tasks | None:
+    """The tasks service, its lease keeper and sweeper running in `tg` (None when tasks are off).
+    The caller hands it to the pipeline as its task stage (`CallPipeline.add_task_stage`)."""
     if store is None:
         return None
     supervisor = supervisor or Supervisor()
@@ -66,7 +65,7 @@ def start_tasks(config: TasksConfig, store: TaskStore | None, tg: TaskGroup, *, 
         keep_expired_seconds=config.keep_expired_seconds,
         max_result_bytes_per_principal=config.max_result_bytes_per_principal,
     )
-    tasks = Tasks(TaskParts(store, pipeline, catalog, scope, fences, upstreams, jobs, settings, server_info, time.time))
+    tasks = Tasks(TaskParts(store, pipeline, fences, upstreams, jobs, settings, server_info, time.time))
     tg.start_soon(supervisor.loop, "task lease keeper", jobs.run_keeper)
     tg.start_soon(supervisor.loop, "task sweeper", lambda: tasks.run_sweeper(config.sweep_interval_seconds))
     return tasks

@@ -1,8 +1,9 @@
 """The gateway's tasks (SPEC 5): the one implementation every entry calls.
 
-    tool_call   a tools/call the gateway answers with a task (2025: the client sent `task`;
-                2026: the client declares the extension and the tool supports tasks), created
-                under the call's fence, its call run in the background by this process
+    start       the pipeline's task stage (gateway/pipeline/stages.py): a tools/call the gateway answers
+                with a task (2025: the client sent `task`; 2026: the client declares the extension
+                and the tool supports tasks), created under the call's fence, its call run in the
+                background by this process
     get / result / cancel / list / update      the task methods of both eras
     resolve     a plain retry whose fence holds a task answers the task's end
     sweep       TTLs, and tasks whose process died: taken over (an upstream task any replica can
@@ -13,14 +14,16 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping
 from typing import Any
 
 import anyio
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 
-from ..pipeline.calls import ToolCall
+from ..pipeline.catalog import ToolRoute
+from ..pipeline.stages import TaskCreated, ToolCall
 from ..conventions.answers import Answer
+from ..protocol import Era, Result
+from ..storage.leases import holder_dead
 from ..errors import RequestError, UpstreamError, UpstreamNotSent, UpstreamRpcError
 from . import wire
 from .creation import TaskParts, TaskSettings, TaskStarter, call_job
@@ -44,14 +47,12 @@ class Tasks:
 
     # -- tools/call -------------------------------------------------------------------------
 
-    async def tool_call(self, principal: str, name: str, arguments: dict[str, Any], meta: dict[str, Any],
-                        task_param: dict[str, Any] | None, *, modern: bool, era: str,
-                        rounds: Mapping[str, Any] | None = None) -> dict[str, Any] | Answer | None:
-        """The CreateTaskResult wire dict when this call runs as a task; an Answer when the upstream
-        was asked and answered at once (2026-07-28, it decides); None: a plain call. Raises
-        RequestError when a plain call of a task-required tool is refused (tasks.plain_required)."""
-        return await self._starter.tool_call(principal, name, arguments, meta, task_param, modern=modern, era=era,
-                                             rounds=rounds or {})
+    async def start(self, route: ToolRoute, call: ToolCall) -> TaskCreated | Answer | None:
+        """TaskCreated (the CreateTaskResult of the call's era) when this call runs as a task; an
+        Answer when the policy refused it or the upstream was asked and answered at once (2026-07-28,
+        it decides); None: a plain call. Raises RequestError when a plain call of a task-required
+        tool is refused (tasks.plain_required)."""
+        return await self._starter.start(route, call)
 
     async def resolve(self, principal: str, answer: Answer) -> Answer:
         """A plain call whose fence holds a task (the client asked for a task before, and retries
@@ -69,8 +70,8 @@ class Tasks:
 
     # -- the task methods -------------------------------------------------------------------
 
-    async def get(self, principal: str, task_id: str, *, modern: bool) -> dict[str, Any]:
-        return wire.detailed(await self._current(principal, task_id), modern=modern, server_info=self._p.server_info)
+    async def get(self, principal: str, task_id: str, *, era: Era) -> Result:
+        return wire.detailed(await self._current(principal, task_id), era=era, server_info=self._p.server_info)
 
     async def result(self, principal: str, task_id: str) -> dict[str, Any]:
         """2025-11-25 `tasks/result`: blocks until the task ends; its result, or its error raised."""
@@ -87,13 +88,13 @@ class Tasks:
                 return record
             await anyio.sleep(min(max(record.poll_interval_ms / 1000, 0.05), 1.0))
 
-    async def cancel(self, principal: str, task_id: str, *, modern: bool) -> dict[str, Any]:
+    async def cancel(self, principal: str, task_id: str, *, era: Era) -> Result:
         record = await self._current(principal, task_id)
         if record.status.terminal:
-            if modern:
+            if era is Era.MODERN:
                 return wire.ack(self._p.server_info)
             if record.status is TaskStatus.CANCELLED:
-                return wire.detailed(record, modern=False, server_info=self._p.server_info)
+                return wire.detailed(record, era=era, server_info=self._p.server_info)
             raise RequestError(INVALID_PARAMS, f"task {task_id} has already ended ({record.status.value}); it cannot be cancelled")
 
         def step(current: TaskRecord) -> TaskRecord | None:
@@ -106,9 +107,9 @@ class Tasks:
         updated = await change(self.store, task_id, step, clock=self._p.clock) or record
         if not self._p.jobs.cancel_local(task_id) and record.upstream_task_id and record.upstream_stateless:
             await self._upstream_request(record, "tasks/cancel", {"taskId": record.upstream_task_id}, quiet=True)
-        if modern:
+        if era is Era.MODERN:
             return wire.ack(self._p.server_info)
-        return wire.detailed(updated, modern=False, server_info=self._p.server_info)
+        return wire.detailed(updated, era=era, server_info=self._p.server_info)
 
     async def list(self, principal: str, cursor: str | None) -> dict[str, Any]:
         try:
@@ -118,7 +119,7 @@ class Tasks:
         records = await self.store.list(principal=principal, limit=_LIST_PAGE + 1, before=before)
         page = records[:_LIST_PAGE]
         now = self._p.clock()
-        result: dict[str, Any] = {"tasks": [wire.task_fields(r, modern=False) for r in page if not r.expired(now)]}
+        result: dict[str, Any] = {"tasks": [wire.task_fields(r, era=Era.HANDSHAKE) for r in page if not r.expired(now)]}
         if len(records) > _LIST_PAGE:
             result["nextCursor"] = repr(page[-1].created_at)
         return result
@@ -154,7 +155,7 @@ class Tasks:
                 raise RequestError(INTERNAL_ERROR, text)
             return
         try:
-            await upstream.request(method, wire.declaring_tasks(params, wire.is_modern(record.upstream_era)))
+            await upstream.request(method, wire.declaring_tasks(params, Era.of(record.upstream_era)))
         except UpstreamError as exc:
             logger.log(logging.INFO if quiet else logging.WARNING, "task %s: %s to upstream task %s failed: %s",
                        record.task_id, method, record.upstream_task_id, exc)
@@ -176,12 +177,7 @@ class Tasks:
         return record
 
     def _owner_dead(self, record: TaskRecord) -> bool:
-        owner = record.owner
-        if owner is None:
-            return True
-        if owner.replica_id == self._p.jobs.owner.replica_id and owner.boot_id != self._p.jobs.owner.boot_id:
-            return True
-        return record.lease_until is None or record.lease_until <= self._p.clock()
+        return holder_dead(record.owner, record.lease_until, me=self._p.jobs.owner, now=self._p.clock())
 
     async def _check(self, record: TaskRecord) -> TaskRecord:
         """The record after the lost-task rule and a takeover, when either applies."""
@@ -211,9 +207,10 @@ class Tasks:
             return taken or record
         logger.info("task %s: its process stopped; polling upstream task %s from here", record.task_id,
                     record.upstream_task_id)
-        sink = RecordSink(self.store, record.task_id, self._p.clock, carries_input=wire.is_modern(record.era),
+        sink = RecordSink(self.store, record.task_id, self._p.clock, carries_input=record.era is Era.MODERN,
                           ttl_ms=record.ttl_ms, resume_task_id=record.upstream_task_id)
-        call = ToolCall(principal=record.principal, name=record.tool, arguments={}, meta={}, task=sink)
+        call = ToolCall(principal=record.principal, name=record.tool, arguments={}, meta={}, era=record.era,
+                        sink=sink)
         self._p.jobs.start(record.task_id, call_job(self._p.pipeline, call, sink, record.fence_id, settled=True))
         return taken
 

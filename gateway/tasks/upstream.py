@@ -32,7 +32,8 @@ from ..upstreams.relay import CallRelay
 from ..upstreams.upstream import Upstream
 from .polling import next_interval
 from ..pipeline.task_sink import UpstreamTaskSink
-from .wire import declaring_tasks, is_modern
+from ..protocol import Era
+from .wire import declaring_tasks
 
 __all__ = ["UpstreamTaskCall", "lost_result"]
 
@@ -71,8 +72,9 @@ class UpstreamTaskCall:
     async def request(self, method: str, params: dict[str, Any] | None, *, relay: CallRelay | None = None,
                       timeout: float | None = None) -> dict[str, Any]:
         assert method == "tools/call" and params is not None
-        era, stateless = await self.upstream.connection_facts()
-        modern = is_modern(era)
+        version, stateless = await self.upstream.connection_facts()
+        era = Era.of(version)
+        modern = era is Era.MODERN
         resume = self.sink.resume_task_id if self.sink is not None else None
         wanted = self.task_support == "required" or (self.sink is not None and self.task_support == "optional")
         if resume is None and not modern and not wanted:
@@ -84,8 +86,8 @@ class UpstreamTaskCall:
         if resume is not None:
             task_id, interval_ms = resume, None
         else:
-            created = await self.upstream.request("tools/call", _task_params(params, modern, ttl_ms), relay=relay)
-            task = _task_of(created, modern)
+            created = await self.upstream.request("tools/call", _task_params(params, era, ttl_ms), relay=relay)
+            task = _task_of(created, era)
             if task is None:
                 return created  # the upstream answered at once
             task_id = str(task["taskId"])
@@ -94,20 +96,21 @@ class UpstreamTaskCall:
             if isinstance(granted, int) and granted > 0:
                 ttl_ms = min(ttl_ms, granted)
             if self.sink is not None:
-                await self.sink.created(task_id, era=era, stateless=stateless, poll_interval_ms=interval_ms, ttl_ms=ttl_ms)
+                await self.sink.created(task_id, era=version, stateless=stateless, poll_interval_ms=interval_ms, ttl_ms=ttl_ms)
         deadline = self.clock() + ttl_ms / 1000
         try:
-            return await self._poll(task_id, modern, interval_ms, deadline, relay)
+            return await self._poll(task_id, era, interval_ms, deadline, relay)
         except anyio.get_cancelled_exc_class():
             await self._cancel_quietly(task_id)  # the caller went away or the task was cancelled
             raise
 
-    async def _poll(self, task_id: str, modern: bool, interval_ms: Any, deadline: float,
+    async def _poll(self, task_id: str, era: Era, interval_ms: Any, deadline: float,
                     relay: CallRelay | None) -> dict[str, Any]:
         interval: float | None = None
         failures = 0
         seen: tuple[Any, ...] | None = None
         steps = 0
+        modern = era is Era.MODERN
         while True:
             interval = next_interval(interval, interval_ms)
             if self.clock() >= deadline:
@@ -117,7 +120,7 @@ class UpstreamTaskCall:
             if self.clock() >= deadline:
                 continue
             try:
-                task = await self.upstream.request("tasks/get", declaring_tasks({"taskId": task_id}, modern))
+                task = await self.upstream.request("tasks/get", declaring_tasks({"taskId": task_id}, era))
             except UpstreamRpcError as exc:
                 return lost_result(self.tool, self.effect, f"the upstream no longer knows it: {exc.reason}")
             except UpstreamError as exc:
@@ -189,7 +192,7 @@ class UpstreamTaskCall:
                     f"provide it yet ({exc.message}); the task was cancelled. Call it as a task from a client that "
                     "declares the io.modelcontextprotocol/tasks extension to answer its questions.")
             return {"content": [{"type": "text", "text": text}], "isError": True}
-        await self.upstream.request("tasks/update", declaring_tasks({"taskId": task_id, "inputResponses": responses}, True))
+        await self.upstream.request("tasks/update", declaring_tasks({"taskId": task_id, "inputResponses": responses}, Era.MODERN))
         return None
 
     async def _failed(self, error: dict[str, Any]) -> None:
@@ -199,19 +202,19 @@ class UpstreamTaskCall:
     async def _cancel_quietly(self, task_id: str) -> None:
         with anyio.CancelScope(shield=True), anyio.move_on_after(10):
             try:
-                era, _ = await self.upstream.connection_facts()
-                await self.upstream.request("tasks/cancel", declaring_tasks({"taskId": task_id}, is_modern(era)))
+                version, _ = await self.upstream.connection_facts()
+                await self.upstream.request("tasks/cancel", declaring_tasks({"taskId": task_id}, Era.of(version)))
             except UpstreamError as exc:
                 logger.info("upstream %s: tasks/cancel %s: %s", self.upstream.name, task_id, exc.reason)
 
 
-def _task_params(params: dict[str, Any], modern: bool, ttl_ms: int) -> dict[str, Any]:
-    return declaring_tasks(params, True) if modern else {**params, "task": {"ttl": ttl_ms}}
+def _task_params(params: dict[str, Any], era: Era, ttl_ms: int) -> dict[str, Any]:
+    return declaring_tasks(params, era) if era is Era.MODERN else {**params, "task": {"ttl": ttl_ms}}
 
 
-def _task_of(result: dict[str, Any], modern: bool) -> dict[str, Any] | None:
+def _task_of(result: dict[str, Any], era: Era) -> dict[str, Any] | None:
     """The task an upstream handed out for a task-augmented call, or None for a plain result."""
-    if modern:
+    if era is Era.MODERN:
         return result if result.get("resultType") == "task" and isinstance(result.get("taskId"), str) else None
     task = result.get("task")
     return task if isinstance(task, dict) and isinstance(task.get("taskId"), str) else None

@@ -15,48 +15,35 @@ from collections.abc import Mapping
 from typing import Any
 
 from mcp_types import SERVER_INFO_META_KEY
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from ..protocol import CLIENT_CAPABILITIES_KEY, TASKS_EXTENSION, Era, Params, Result, client_takes_tasks
 from .records import TaskRecord, TaskStatus, iso
 
 __all__ = [
-    "RELATED_TASK_KEY", "TASKS_EXTENSION", "ack", "client_takes_tasks", "created", "declaring_tasks", "detailed", "is_modern",
+    "RELATED_TASK_KEY", "TASKS_EXTENSION", "ack", "client_takes_tasks", "created", "declaring_tasks", "detailed",
     "related_result", "task_fields",
 ]  # fmt: skip
 
-TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 RELATED_TASK_KEY = "io.modelcontextprotocol/related-task"
-CLIENT_CAPABILITIES_KEY = "io.modelcontextprotocol/clientCapabilities"
 
 
-def is_modern(era: str | None) -> bool:
-    return era in MODERN_PROTOCOL_VERSIONS
-
-
-def client_takes_tasks(meta: Mapping[str, Any] | None) -> bool:
-    """Whether a 2026-07-28 request declares the tasks extension in its per-request capabilities."""
-    caps = (meta or {}).get(CLIENT_CAPABILITIES_KEY)
-    extensions = caps.get("extensions") if isinstance(caps, dict) else None
-    return isinstance(extensions, dict) and isinstance(extensions.get(TASKS_EXTENSION), dict)
-
-
-def declaring_tasks(params: dict[str, Any], modern: bool) -> dict[str, Any]:
+def declaring_tasks(params: Params, era: Era) -> Params:
     """Params of a request to a 2026-07-28 upstream, declaring the tasks extension (tasks/* need it)."""
-    if not modern:
+    if era is not Era.MODERN:
         return params
     meta = dict(params.get("_meta") or {})
     meta[CLIENT_CAPABILITIES_KEY] = {"extensions": {TASKS_EXTENSION: {}}}
     return {**params, "_meta": meta}
 
 
-def task_fields(record: TaskRecord, *, modern: bool) -> dict[str, Any]:
+def task_fields(record: TaskRecord, *, era: Era) -> Result:
     """The Task object of this era (no status-specific payload)."""
     task: dict[str, Any] = {"taskId": record.task_id, "status": record.status.value}
     if record.status_message:
         task["statusMessage"] = record.status_message
     task["createdAt"] = iso(record.created_at)
     task["lastUpdatedAt"] = iso(record.updated_at)
-    if modern:
+    if era is Era.MODERN:
         task["ttlMs"] = record.ttl_ms
         task["pollIntervalMs"] = record.poll_interval_ms
     else:
@@ -72,17 +59,17 @@ def _stamp(result: dict[str, Any], result_type: str, server_info: Mapping[str, A
     return result
 
 
-def created(record: TaskRecord, *, modern: bool, server_info: Mapping[str, Any]) -> dict[str, Any]:
+def created(record: TaskRecord, *, era: Era, server_info: Mapping[str, Any]) -> Result:
     """The `tools/call` answer that hands out the task."""
-    if modern:
-        return _stamp(task_fields(record, modern=True), "task", server_info)
-    return {"task": task_fields(record, modern=False)}
+    if era is Era.MODERN:
+        return _stamp(task_fields(record, era=era), "task", server_info)
+    return {"task": task_fields(record, era=era)}
 
 
-def detailed(record: TaskRecord, *, modern: bool, server_info: Mapping[str, Any]) -> dict[str, Any]:
+def detailed(record: TaskRecord, *, era: Era, server_info: Mapping[str, Any]) -> Result:
     """The `tasks/get` answer (and, on 2025-11-25, the `tasks/cancel` one)."""
-    task = task_fields(record, modern=modern)
-    if not modern:
+    task = task_fields(record, era=era)
+    if era is not Era.MODERN:
         return task
     if record.status is TaskStatus.COMPLETED and record.result is not None:
         task["result"] = record.result

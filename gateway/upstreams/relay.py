@@ -8,7 +8,7 @@ A relay also says what the calling client is, so each hop speaks its own era:
 
 * `modern`: the client speaks 2026-07-28, so an upstream's `input_required` result is passed
   to it as it is (it answers and calls again); a handshake-era client is asked instead, with
-  server-to-client requests on its session (gateway/upstreams/input_rounds.py).
+  server-to-client requests on its session (gateway/pipeline/rounds.py).
 * `client_capabilities()`: what the client can answer through this relay (elicitation,
   sampling, roots), declared to a 2026-07-28 upstream in each request's `_meta`.
 * `log_level`: the lowest log level the client wants for this request, asked of a 2026-07-28

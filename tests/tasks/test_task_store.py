@@ -16,6 +16,7 @@ from gateway.fences.stores.sqlite import SqliteFenceStore
 from gateway.tasks import TaskRecord, TaskStatus, open_task_store
 from gateway.tasks.polling import next_interval
 from gateway.tasks.transitions import finish, lose
+from gateway.protocol import Era
 from gateway.tasks.wire import created, detailed, related_result
 
 pytestmark = pytest.mark.anyio
@@ -24,7 +25,7 @@ INFO = {"name": "dex-mcp-gateway", "version": "0"}
 
 def _record(task_id: str = "t1", principal: str = "alice", **changes: object) -> TaskRecord:
     base = TaskRecord(task_id=task_id, principal=principal, tool="srv__job", effect=Effect.NON_IDEMPOTENT_WRITE,
-                      era="2025-11-25", status=TaskStatus.WORKING, created_at=1000.0, updated_at=1000.0,
+                      era=Era.HANDSHAKE, status=TaskStatus.WORKING, created_at=1000.0, updated_at=1000.0,
                       poll_interval_ms=500, ttl_ms=60_000, owner=Owner("r1", "b1"), lease_until=1015.0)
     return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
 
@@ -94,20 +95,20 @@ def test_poll_interval_follows_the_server_then_doubles_up_to_a_minute() -> None:
 
 def test_wire_forms_of_both_eras() -> None:
     record = _record(status_message="step 2/4")
-    legacy = created(record, modern=False, server_info=INFO)
+    legacy = created(record, era=Era.HANDSHAKE, server_info=INFO)
     assert legacy == {"task": {"taskId": "t1", "status": "working", "statusMessage": "step 2/4",
                                "createdAt": "1970-01-01T00:16:40.000Z", "lastUpdatedAt": "1970-01-01T00:16:40.000Z",
                                "ttl": 60000, "pollInterval": 500}}
-    modern = created(record, modern=True, server_info=INFO)
+    modern = created(record, era=Era.MODERN, server_info=INFO)
     assert modern["resultType"] == "task" and modern["ttlMs"] == 60000 and modern["pollIntervalMs"] == 500
     assert "ttl" not in modern and "task" not in modern
     answer = {"content": [{"type": "text", "text": "ok"}], "isError": False}
     done = dataclasses.replace(record, status=TaskStatus.COMPLETED, result=answer)
-    got = detailed(done, modern=True, server_info=INFO)
+    got = detailed(done, era=Era.MODERN, server_info=INFO)
     assert got["result"] == answer and got["resultType"] == "complete" and "requestState" not in got
     assert related_result(done)["_meta"]["io.modelcontextprotocol/related-task"] == {"taskId": "t1"}
     # A null TTL stays on the 2025 wire (required, nullable).
-    assert created(dataclasses.replace(record, ttl_ms=None), modern=False, server_info=INFO)["task"]["ttl"] is None
+    assert created(dataclasses.replace(record, ttl_ms=None), era=Era.HANDSHAKE, server_info=INFO)["task"]["ttl"] is None
 
 
 def test_lost_rule_read_failed_write_unknown() -> None:

@@ -1,4 +1,4 @@
-"""Parking (gateway/front/parking.py): a handshake-era upstream's questions asked of a 2026-07-28
+"""Parking (gateway/pipeline/rounds.py): a handshake-era upstream's questions asked of a 2026-07-28
 client as input_required rounds, with a fake relay and fake work instead of the gateway."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import anyio.abc
 import pytest
 
 from gateway.errors import RequestError
-from gateway.front.parking import PARKED_STATE_PREFIX, Parking
+from gateway.pipeline.rounds import PARKED_STATE_PREFIX, Parking
 from gateway.errors import RelayRefused
 from gateway.upstreams.relay import CallRelay
 
