@@ -155,7 +155,9 @@ def _plain_file(path: Path, info: os.stat_result) -> os.stat_result:
         raise MediaStoreError(f"media store: {path} is a symbolic link: refused")
     if not stat.S_ISREG(info.st_mode):
         raise MediaStoreError(f"media store: {path} is not a regular file (a FIFO, device or socket): refused")
-    if info.st_nlink != 1:
+    # More than one link: another name can change these bytes. None: a concurrent upload of the
+    # same bytes renamed its file onto this name after we opened ours (same hash, same bytes).
+    if info.st_nlink > 1:
         raise MediaStoreError(f"media store: {path} has {info.st_nlink} hard links: refused")
     return info
 
