@@ -74,7 +74,7 @@ class _Headers(dict[str, str]):
     def __init__(self, headers: Mapping[str, str]) -> None:
         super().__init__((k.lower(), v) for k, v in headers.items())
 
-    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+    def get(self, key: str, default: Any = None) -> Any:
         return super().get(key.lower(), default)
 
     def __getitem__(self, key: str) -> str:

@@ -46,11 +46,11 @@ from ..errors import SessionLost, UpstreamError, UpstreamInterrupted, UpstreamNo
 from .channels.base import Answer, Channel, Listener, Message, Negotiated
 from .event_streams import EventStreams
 from .events import NO_EVENTS, ResourceSubscriptions, UpstreamEvents, route_event
+from ..protocol import CLIENT_INFO
 from .notices import DEFAULT_MAX_QUEUED, CallNotices, OnDrop, ignore_drops
 from .relay import CallRelay
 from .rpc import (
     CLIENT_CAPABILITIES,
-    CLIENT_INFO,
     DEFAULT_MAX_INBOUND,
     HANDSHAKE_VERSION,
     MODERN_VERSION,

@@ -68,7 +68,7 @@ class PostgresTaskStore:
         columns = COLUMNS[1:-1]
         sets = ", ".join(f"{c} = ${i}" for i, c in enumerate(columns, start=1))
         n = len(columns)
-        status = await self._lease.pool.execute(
+        status: str = await self._lease.pool.execute(
             f"UPDATE {self._t} SET {sets}, version = ${n + 1} WHERE task_id = ${n + 2} AND version = ${n + 3}",
             *record_to_row(record)[1:-1], expected_version + 1, record.task_id, expected_version,
         )
@@ -103,7 +103,7 @@ class PostgresTaskStore:
         return int(held)
 
     async def delete_expired(self, cutoff: float) -> int:
-        status = await self._lease.pool.execute(
+        status: str = await self._lease.pool.execute(
             f"DELETE FROM {self._t} WHERE ttl_ms IS NOT NULL AND created_at + ttl_ms / 1000.0 < $1", cutoff
         )
         return int(status.rsplit(" ", 1)[-1])
