@@ -236,13 +236,18 @@ class UpstreamSession:
         answer: Answer | None = None
         failure: Exception | None = None
         stop = anyio.Event()
-
-        def on_notification(note: Message) -> None:
-            if not route_event(note, self.events):
-                notices.put(note)  # never waits for the client: the channel keeps being read
+        delivering = False
 
         async with anyio.create_task_group() as tasks:
-            tasks.start_soon(notices.deliver_until, relay, stop)
+
+            def on_notification(note: Message) -> None:
+                nonlocal delivering
+                if not route_event(note, self.events):
+                    notices.put(note)  # never waits for the client: the channel keeps being read
+                    if not delivering:  # the delivery task only for a call that has something to say
+                        delivering = True
+                        tasks.start_soon(notices.deliver_until, relay, stop)
+
             async with anyio.create_task_group() as asking:
                 listener = Listener(lambda request: self._answer_later(negotiated, request, relay, asking),
                                     on_notification, client=True, on_pause=relay.pause_stream)
