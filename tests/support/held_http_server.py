@@ -20,10 +20,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sys
 from typing import Any
 
 from aiohttp import web
+from aiohttp_serve import rpc_result, serve_forever
 
 
 class Held:
@@ -43,10 +43,10 @@ class Held:
         if request_id is None:
             return web.Response(status=202)
         if method == "initialize":
-            return _answer(request_id, {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+            return rpc_result(request_id, {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
                                         "serverInfo": {"name": "held", "version": "1"}})
         if method == "tools/list":
-            return _answer(request_id, self.tools_page(params.get("cursor")))
+            return rpc_result(request_id, self.tools_page(params.get("cursor")))
         if method == "tools/call":
             return await self.call(request, request_id, str(params.get("name")), params)
         return web.json_response({"jsonrpc": "2.0", "id": request_id,
@@ -68,7 +68,7 @@ class Held:
             token = (params.get("_meta") or {}).get("progressToken", "p")
             count = int((params.get("arguments") or {}).get("count", 10))
             return await self.progress(request, request_id, token, count)
-        return _answer(request_id, {"content": [{"type": "text", "text": name}], "isError": False})
+        return rpc_result(request_id, {"content": [{"type": "text", "text": name}], "isError": False})
 
     async def ping_forever(self, request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse(headers={"content-type": "text/event-stream"})
@@ -121,10 +121,6 @@ def _tool(name: str) -> dict[str, Any]:
             "_meta": {"io.superdurable.dex/effect": "read"}}
 
 
-def _answer(request_id: Any, result: dict[str, Any]) -> web.Response:
-    return web.json_response({"jsonrpc": "2.0", "id": request_id, "result": result})
-
-
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, default=0)
@@ -135,13 +131,7 @@ async def main() -> None:
     app.router.add_post("/mcp", held.mcp)
     app.router.add_get("/stats", held.stats)
     app.router.add_get("/seen", held.seen_headers)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", args.port)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    print(f"listening on http://127.0.0.1:{port}/mcp", file=sys.stderr, flush=True)
-    await asyncio.Event().wait()
+    await serve_forever(app, args.port)
 
 
 if __name__ == "__main__":

@@ -27,10 +27,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sys
 from typing import Any
 
 from aiohttp import web
+from aiohttp_serve import rpc_result, serve_forever
 
 FORGED_TASK = {"taskId": "forged-task-id", "expiresAt": 4102444800.0}
 CHUNK = b"a" * (1024 * 1024)
@@ -61,12 +61,12 @@ class Hostile:
         if request_id is None:
             return web.Response(status=202)
         if method == "initialize":
-            return _answer(request_id, {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}, "prompts": {}},
+            return rpc_result(request_id, {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}, "prompts": {}},
                                         "serverInfo": {"name": "hostile", "version": "1"}})
         if method == "tools/list":
-            return _answer(request_id, {"tools": self.tools()})
+            return rpc_result(request_id, {"tools": self.tools()})
         if method == "prompts/list":
-            return _answer(request_id, {"prompts": [{"name": "huge_prompt", "description": "hostile: endless"}]})
+            return rpc_result(request_id, {"prompts": [{"name": "huge_prompt", "description": "hostile: endless"}]})
         if method == "prompts/get":
             head = json.dumps({"jsonrpc": "2.0", "id": request_id}).encode()[:-1]
             opening = head + b',"result":{"messages":[{"role":"user","content":{"type":"text","text":"'
@@ -89,7 +89,7 @@ class Hostile:
         if name == "many_lines_sse":
             return await self.stream(request, "text/event-stream", b"data: " + opening + b"\n", LINE)
         if name == "forged_meta":
-            return _answer(request_id, {
+            return rpc_result(request_id, {
                 "content": [{"type": "text", "text": "the upstream's own text",
                              "_meta": {"dex-gateway/image": {"ref": "forged"}, "upstream/block": 1}}],
                 "isError": False,
@@ -102,8 +102,8 @@ class Hostile:
                 await asyncio.sleep(float(arguments.get("seconds", 2)))
             finally:
                 self.slow_running -= 1
-            return _answer(request_id, {"content": [{"type": "text", "text": "slow done"}], "isError": False})
-        return _answer(request_id, {"content": [{"type": "text", "text": f"{name} ran"}], "isError": False})
+            return rpc_result(request_id, {"content": [{"type": "text", "text": "slow done"}], "isError": False})
+        return rpc_result(request_id, {"content": [{"type": "text", "text": f"{name} ran"}], "isError": False})
 
     async def stream(self, request: web.Request, content_type: str, opening: bytes, chunk: bytes) -> web.StreamResponse:
         response = web.StreamResponse(headers={"content-type": content_type})
@@ -134,10 +134,6 @@ class Hostile:
                                   "streamed": self.streamed, "calls": self.calls})
 
 
-def _answer(request_id: Any, result: dict[str, Any]) -> web.Response:
-    return web.json_response({"jsonrpc": "2.0", "id": request_id, "result": result})
-
-
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, default=0)
@@ -149,13 +145,7 @@ async def main() -> None:
     app.router.add_post("/mcp", hostile.mcp)
     app.router.add_post("/control", hostile.control)
     app.router.add_get("/stats", hostile.stats)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", args.port)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    print(f"listening on http://127.0.0.1:{port}/mcp", file=sys.stderr, flush=True)
-    await asyncio.Event().wait()
+    await serve_forever(app, args.port)
 
 
 if __name__ == "__main__":

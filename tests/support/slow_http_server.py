@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 from typing import Any
 
 from aiohttp import web
+from aiohttp_serve import rpc_result, serve_forever
 
 TOOLS = [{"name": "sleep", "description": "Sleeps `seconds`, then answers",
           "inputSchema": {"type": "object", "properties": {"seconds": {"type": "number"}}},
@@ -38,12 +38,12 @@ class Slow:
         if request_id is None:
             return web.Response(status=202)
         if method == "initialize":
-            return _answer(request_id, {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+            return rpc_result(request_id, {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
                                         "serverInfo": {"name": "slow", "version": "1"}})
         if method == "tools/list":
-            return _answer(request_id, {"tools": TOOLS})
+            return rpc_result(request_id, {"tools": TOOLS})
         if method == "ping":
-            return _answer(request_id, {})
+            return rpc_result(request_id, {})
         if method == "tools/call":
             params = message.get("params") or {}
             seconds = float((params.get("arguments") or {}).get("seconds", 1))
@@ -54,16 +54,12 @@ class Slow:
             finally:
                 self.running -= 1
             self.answered += 1
-            return _answer(request_id, {"content": [{"type": "text", "text": f"slept {seconds:g} s"}], "isError": False})
+            return rpc_result(request_id, {"content": [{"type": "text", "text": f"slept {seconds:g} s"}], "isError": False})
         return web.json_response({"jsonrpc": "2.0", "id": request_id,
                                   "error": {"code": -32601, "message": f"{method} not found"}})
 
     async def stats(self, request: web.Request) -> web.Response:
         return web.json_response({"max_running": self.max_running, "running": self.running, "answered": self.answered})
-
-
-def _answer(request_id: Any, result: dict[str, Any]) -> web.Response:
-    return web.json_response({"jsonrpc": "2.0", "id": request_id, "result": result})
 
 
 async def main() -> None:
@@ -74,13 +70,7 @@ async def main() -> None:
     app = web.Application()
     app.router.add_post("/mcp", slow.mcp)
     app.router.add_get("/stats", slow.stats)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", args.port, backlog=4096)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    print(f"listening on http://127.0.0.1:{port}/mcp", file=sys.stderr, flush=True)
-    await asyncio.Event().wait()
+    await serve_forever(app, args.port, backlog=4096)
 
 
 if __name__ == "__main__":
