@@ -244,7 +244,9 @@ class UpstreamSession:
                 nonlocal delivering
                 if not route_event(note, self.events):
                     notices.put(note)  # never waits for the client: the channel keeps being read
-                    if not delivering:  # the delivery task only for a call that has something to say
+                    # The delivery task only for a call that has something to say, and never once the
+                    # answer is in (the group may be closing; `flush` hands over what is left).
+                    if not delivering and not stop.is_set():
                         delivering = True
                         tasks.start_soon(notices.deliver_until, relay, stop)
 
