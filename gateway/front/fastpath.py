@@ -39,7 +39,7 @@ from ..pipeline.catalog import Catalog
 from ..errors import RequestError
 from ..protocol import HANDSHAKE_VERSIONS, MODERN_VERSIONS, Era
 from ..telemetry.tracing import NO_FRONT_SPAN, FrontSpan, front_span, trace_headers
-from ..auth.principals import ANONYMOUS, PRINCIPAL_SCOPE_KEY
+from ..auth.principals import ANONYMOUS, PRINCIPAL_SCOPE_KEY, identity_of
 from ..http.asgi import read_body, replay_body
 from .relays import StreamRelay
 from .requests import PARSED_MESSAGE
@@ -121,7 +121,7 @@ class FastPath:
 
         async def answer() -> tuple[bytes, int]:
             try:
-                result = await self._tool_calls.result(principal, call, relay, era=era)
+                result = await self._tool_calls.result(identity_of(scope), call, relay, era=era)
             except RequestError as exc:
                 span.error(exc.code, exc.message)
                 return _error(request_id, exc, era)

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ValidationError
 from ..pipeline.catalog import Catalog
 from ..errors import RequestError
 from ..pipeline.passthrough import Passthrough
-from ..auth.principals import ANONYMOUS, PRINCIPAL_SCOPE_KEY
+from ..auth.principals import ANONYMOUS, ANONYMOUS_IDENTITY, PRINCIPAL_SCOPE_KEY, Identity, identity_of
 from ..protocol import GATEWAY_NAME, GATEWAY_VERSION, Era
 from ..pipeline.subscriptions import ResourceWatch
 from ..tasks import Tasks
@@ -139,7 +139,7 @@ class _Handlers:
         if ctx.method == "tools/call":
             with _as_mcp_error():
                 request = parse_tool_call(ctx.params)
-                result = await self._p.tool_calls.result(_principal(ctx), request, self._relay(ctx), era=era)
+                result = await self._p.tool_calls.result(_identity(ctx), request, self._relay(ctx), era=era)
             if era is Era.HANDSHAKE and isinstance(result.get("task"), dict):
                 self._p.sessions.watch_task(ctx, result["task"])  # a CreateTaskResult: tell of its changes
             return result
@@ -266,6 +266,10 @@ def _as_mcp_error() -> Iterator[None]:
         yield
     except RequestError as exc:
         raise MCPError(exc.code, exc.message, exc.data) from None
+
+
+def _identity(ctx: ServerRequestContext[Any]) -> Identity:
+    return identity_of(ctx.request.scope) if ctx.request is not None else ANONYMOUS_IDENTITY
 
 
 def _principal(ctx: ServerRequestContext[Any]) -> str:

@@ -22,6 +22,7 @@ from ..pipeline.stages import Answered, InputRound, TaskCreated, ToolCall
 from ..errors import RequestError
 from ..protocol import Era, Result
 from ..upstreams.relay import CallRelay
+from ..auth.principals import Identity
 from ..auth.scope import PrincipalScope
 from .wire import encode_message, list_result, result_wire, tool_result
 
@@ -68,10 +69,10 @@ class ToolCalls:
         self._pipeline = pipeline
         self._server_info = server_info
 
-    async def result(self, principal: str, request: ToolCallRequest, relay: CallRelay | None, *, era: Era) -> Result:
+    async def result(self, identity: Identity, request: ToolCallRequest, relay: CallRelay | None, *, era: Era) -> Result:
         """The wire result; raises RequestError (the JSON-RPC error to answer instead)."""
-        call = ToolCall(principal=principal, name=request.name, arguments=request.arguments, meta=request.meta,
-                        relay=relay, era=era, task=request.task, rounds=request.rounds)
+        call = ToolCall(principal=identity.principal, name=request.name, arguments=request.arguments, meta=request.meta,
+                        relay=relay, era=era, task=request.task, rounds=request.rounds, identity=identity)
         try:
             result = await self._pipeline.call(call)
         except RequestError:

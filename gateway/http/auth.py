@@ -19,7 +19,7 @@ from mcp.server.auth.provider import AccessToken
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..config.model import AuthConfig, TokenConfig
-from ..auth.principals import ANONYMOUS, PRINCIPAL_SCOPE_KEY
+from ..auth.principals import ANONYMOUS, IDENTITY_SCOPE_KEY, PRINCIPAL_SCOPE_KEY, Identity
 from ..errors import UNAUTHORIZED
 from .asgi import header, refuse
 
@@ -110,6 +110,7 @@ class BearerAuth:
                 )
                 return
             scope[PRINCIPAL_SCOPE_KEY] = principal
+            scope[IDENTITY_SCOPE_KEY] = Identity(principal)
             if self._auth.config.tokens:
                 scope["user"] = self._auth.user(principal)
         await self._app(scope, receive, send)

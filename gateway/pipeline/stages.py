@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from ..conventions.answers import Answer
+from ..auth.principals import ANONYMOUS_IDENTITY, Identity
 from ..conventions.keys import IDEMPOTENCY_KEY
 from ..protocol import Era, Result
 from ..upstreams.relay import CallRelay
@@ -44,6 +45,8 @@ class ToolCall:
     sink: "UpstreamTaskSink | None" = None
     # A 2026-07-28 client's later round of a multi-round-trip call: inputResponses, requestState.
     rounds: Mapping[str, Any] = field(default_factory=dict)
+    # Who calls, as authentication established it (claims for policy, the token for an exchange).
+    identity: Identity = ANONYMOUS_IDENTITY
 
     @property
     def idempotency_key(self) -> str | None:

@@ -126,7 +126,7 @@ class TaskStarter:
         record = start.record
         sink = RecordSink(self._p.store, record.task_id, self._p.clock, carries_input=era is Era.MODERN, ttl_ms=record.ttl_ms)
         job_call = ToolCall(principal=principal, name=call.name, arguments=call.arguments, meta=call.meta, era=era,
-                            sink=sink)
+                            sink=sink, identity=call.identity)
         await self._p.store.insert(record)
         self._p.jobs.start(record.task_id, call_job(self._p.pipeline, job_call, sink, record.fence_id,
                                                     settled=start.settled, route=route))
@@ -212,7 +212,7 @@ class TaskStarter:
         # that the lost-task rule ends, never a key whose retry would send the call again.
         await self._p.store.insert(record)
         job_call = ToolCall(principal=call.principal, name=call.name, arguments=call.arguments, meta=call.meta, era=era,
-                            sink=sink, rounds=call.rounds)
+                            sink=sink, rounds=call.rounds, identity=call.identity)
         job = call_job(self._p.pipeline, job_call, sink, record.fence_id, settled=start.settled, route=route)
         finished = anyio.Event()
         answers: list[Answer] = []
