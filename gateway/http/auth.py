@@ -21,7 +21,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ..config.model import AuthConfig, TokenConfig
 from ..auth.principals import ANONYMOUS, IDENTITY_SCOPE_KEY, PRINCIPAL_SCOPE_KEY, Identity
 from ..errors import UNAUTHORIZED
-from .asgi import header, refuse
+from .asgi import Refusal, header
 
 __all__ = ["Authenticator", "BearerAuth", "sha256_hex"]
 
@@ -60,6 +60,18 @@ class Authenticator:
         entry = self._match(token)
         return entry.principal if entry else None
 
+    def admit(self, scope: Scope) -> Refusal | None:
+        """The request's principal and identity into `scope` (http), or the 401 to answer."""
+        authorization = header(scope, b"authorization")
+        principal = self.principal(authorization.decode("latin-1") if authorization is not None else None)
+        if principal is None:
+            return _UNAUTHORIZED
+        scope[PRINCIPAL_SCOPE_KEY] = principal
+        scope[IDENTITY_SCOPE_KEY] = Identity(principal)
+        if self.config.tokens:
+            scope["user"] = self.user(principal)
+        return None
+
     def is_admin(self, authorization: str | None) -> bool:
         token = _bearer(authorization)
         expected = self.config.admin_token_sha256
@@ -97,20 +109,13 @@ class BearerAuth:
         self._auth = authenticator
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            authorization = header(scope, b"authorization")
-            principal = self._auth.principal(authorization.decode("latin-1") if authorization is not None else None)
-            if principal is None:
-                await refuse(
-                    send,
-                    401,
-                    UNAUTHORIZED,
-                    "Unauthorized: send 'Authorization: Bearer <token>' with a token configured in auth.tokens",
-                    [(b"www-authenticate", b'Bearer realm="dex-mcp-gateway"')],
-                )
-                return
-            scope[PRINCIPAL_SCOPE_KEY] = principal
-            scope[IDENTITY_SCOPE_KEY] = Identity(principal)
-            if self._auth.config.tokens:
-                scope["user"] = self._auth.user(principal)
+        if scope["type"] == "http" and (refusal := self._auth.admit(scope)) is not None:
+            await refusal.send(send)
+            return
         await self._app(scope, receive, send)
+
+
+_UNAUTHORIZED = Refusal(
+    401, UNAUTHORIZED, "Unauthorized: send 'Authorization: Bearer <token>' with a token configured in auth.tokens",
+    ((b"www-authenticate", b'Bearer realm="dex-mcp-gateway"'),),
+)
