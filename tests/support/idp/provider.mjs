@@ -3,7 +3,8 @@
 //   node provider.mjs CONFIG.json
 //
 // Prints one JSON line on stdout when it listens: {"issuer": "http://127.0.0.1:PORT"} (port 0 in the
-// config picks a free port). Logs go to stderr. tests/support/idp.py writes the config and starts it.
+// config picks a free port), and `listening on <issuer>` on stderr. Logs go to stderr.
+// tests/support/idp.py writes the config and starts it.
 //
 // What the config holds (every key optional except clients/users, see tests/support/idp.py):
 //   port, jwks_path (private JWKS: loaded when present, else generated and written there),
@@ -92,6 +93,11 @@ function resourceServerInfo(config, indicator) {
   };
 }
 
+function resourceScopes(config) {
+  const all = [config.resource_scope ?? 'mcp', ...Object.values(config.resources || {}).map((r) => r.scope || '')];
+  return all.join(' ').split(' ').filter(Boolean);
+}
+
 // The shape oidc-provider's tokens expect for `resourceServer` (its own class is not exported).
 class ResourceServer {
   constructor(identifier, info) {
@@ -110,6 +116,13 @@ function html(title, body) {
 
 function escapeHtml(value) {
   return String(value).replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+}
+
+// invalid_grant whose error_description says why (oidc-provider keeps its detail out of the answer).
+function invalidGrant(description) {
+  const error = new errors.InvalidGrant(description);
+  error.error_description = description;
+  return error;
 }
 
 async function readForm(req) {
@@ -151,7 +164,8 @@ async function main() {
     jwks: { keys },
     cookies: { keys: [crypto.randomBytes(32).toString('base64url')] },
     claims: { openid: ['sub'], groups: ['groups'] },
-    scopes: ['openid', 'offline_access', 'groups'],
+    // Resource scopes too, so that a dynamically registered client may list them in its `scope`.
+    scopes: [...new Set(['openid', 'offline_access', 'groups', ...resourceScopes(config)])],
     async findAccount(_ctx, sub) {
       if (!Object.hasOwn(users, sub)) return undefined;
       return {
@@ -223,13 +237,13 @@ async function main() {
         issuer, typ: 'at+jwt', algorithms: ['RS256', 'ES256'],
       }));
     } catch (error) {
-      throw new errors.InvalidGrant(`subject_token is invalid: ${error.code || error.message}`);
+      throw invalidGrant(`subject_token is invalid: ${error.code || error.message}`);
     }
     const audiences = config.exchange_subject_audiences?.[client.clientId];
     if (audiences) {
       const given = [subject.aud].flat();
       if (!given.some((aud) => audiences.includes(aud))) {
-        throw new errors.InvalidGrant('subject_token was not issued to an audience this client may exchange');
+        throw invalidGrant('subject_token was not issued to an audience this client may exchange');
       }
     }
     const targets = [params.resource, params.audience].flat().filter(Boolean);
@@ -334,6 +348,7 @@ async function main() {
   process.on('SIGTERM', stop);
   process.on('SIGINT', stop);
   process.stdout.write(`${JSON.stringify({ issuer })}\n`);
+  console.error(`listening on ${issuer}`); // the readiness line tests/support/processes.py waits for
 }
 
 main().catch((error) => {
