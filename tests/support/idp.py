@@ -257,8 +257,8 @@ class Idp:
     """oidc-provider as a subprocess on a loopback port. Start with `with Idp(...) as idp:` or
     `start()`/`stop()`; `restart()` keeps the port (and, unless rotated, the keys)."""
 
-    users: dict[str, IdpUser] = field(default_factory=default_users)
-    clients: dict[str, IdpClient] = field(default_factory=default_clients)
+    users: dict[str, IdpUser] = field(default_factory=default_users, repr=False)
+    clients: dict[str, IdpClient] = field(default_factory=default_clients, repr=False)
     access_token_ttl: int = 600
     client_credentials_ttl: int | None = None
     exchange_token_ttl: int = 120
@@ -268,10 +268,10 @@ class Idp:
     exchange_subject_audiences: dict[str, list[str]] = field(default_factory=dict)
     ready_timeout: float = 20.0
     issuer: str = ""
-    log: list[str] = field(default_factory=list)  # the provider's stderr
-    _registered: dict[str, IdpClient] = field(default_factory=dict)  # by dynamic registration
-    _process: subprocess.Popen[str] | None = None
-    _workdir: Path | None = None
+    log: list[str] = field(default_factory=list, repr=False)  # the provider's stderr
+    _registered: dict[str, IdpClient] = field(default_factory=dict, repr=False)  # by dynamic registration
+    _process: subprocess.Popen[str] | None = field(default=None, repr=False)
+    _workdir: Path | None = field(default=None, repr=False)
     _port: int = 0
 
     # -- the process -------------------------------------------------------------------------
@@ -477,6 +477,26 @@ class Idp:
         if scope:
             form["scope"] = scope
         return self.token_request(client, form)
+
+    def introspect(self, token: str, *, client: str = EXCHANGER) -> dict[str, Any]:
+        """RFC 7662 introspection as `client`: {"active": bool, ...claims}. Opaque tokens only (a
+        resource with `"format": "opaque"` in `resources`); JWT access tokens are not stored by
+        the provider, so they introspect as inactive."""
+        registered = self.client(client)
+        response = httpx.post(f"{self.issuer}/token/introspection", data={**registered.form(), "token": token},
+                              auth=registered.auth(), timeout=10)
+        body: dict[str, Any] = response.json()
+        if response.status_code != 200:
+            raise IdpError(f"introspection refused: {response.status_code} {body}")
+        return body
+
+    def revoke(self, token: str, *, client: str = MACHINE) -> None:
+        """RFC 7009 revocation as `client` (the client the token was issued to)."""
+        registered = self.client(client)
+        response = httpx.post(f"{self.issuer}/token/revocation", data={**registered.form(), "token": token},
+                              auth=registered.auth(), timeout=10)
+        if response.status_code != 200:
+            raise IdpError(f"revocation refused: {response.status_code} {response.text}")
 
     def register_client(self, metadata: Mapping[str, Any]) -> dict[str, Any]:
         """Dynamic client registration (RFC 7591), as an MCP SDK client does: the registered client

@@ -14,19 +14,22 @@ import anyio
 import httpx
 import jwt
 import pytest
+from pydantic import AnyUrl
 
+from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthMetadata
 from tests.support.idp import EXCHANGER, MACHINE, PUBLIC, TOKEN_EXCHANGE, Idp, IdpError
 
 GATEWAY = "http://127.0.0.1:8080/mcp"
 UPSTREAM = "http://127.0.0.1:9100/mcp"
 EC_RESOURCE = "http://127.0.0.1:9200/mcp"
 SHORT = "http://127.0.0.1:9300/mcp"
+OPAQUE = "http://127.0.0.1:9400/api"
 EXCHANGE_TTL = 90
 
 
 @pytest.fixture(scope="module")
 def idp() -> Iterator[Idp]:
-    with Idp(exchange_token_ttl=EXCHANGE_TTL, resources={EC_RESOURCE: {"alg": "ES256"}, SHORT: {"ttl": 1}},
+    with Idp(exchange_token_ttl=EXCHANGE_TTL, resources={EC_RESOURCE: {"alg": "ES256"}, SHORT: {"ttl": 1}, OPAQUE: {"format": "opaque"}},
              exchange_subject_audiences={EXCHANGER: [GATEWAY, SHORT]}) as started:
         yield started
 
@@ -71,6 +74,16 @@ def test_a_resource_can_be_signed_with_es256(idp: Idp) -> None:
     assert idp.verify(token, audience=EC_RESOURCE)["aud"] == EC_RESOURCE
 
 
+def test_an_opaque_token_is_introspected_and_revoked(idp: Idp) -> None:
+    token = idp.client_credentials_token(OPAQUE, "mcp")["access_token"]
+    assert token.count(".") == 0
+    found = idp.introspect(token)
+    assert found["active"] is True and found["aud"] == OPAQUE and found["client_id"] == MACHINE
+    assert found["scope"] == "mcp" and found["token_type"] == "Bearer"
+    idp.revoke(token)
+    assert idp.introspect(token) == {"active": False}
+
+
 def test_a_user_logs_in_with_code_and_pkce(idp: Idp) -> None:
     tokens = idp.login_user_with_code(GATEWAY, "openid mcp", user="alice")
     claims = idp.verify(tokens["access_token"], audience=GATEWAY)
@@ -105,15 +118,18 @@ def test_the_mcp_sdk_handlers_return_code_state_and_issuer(idp: Idp) -> None:
 
 
 def test_a_dynamically_registered_client_logs_in_for_the_resource(idp: Idp) -> None:
-    """What an MCP SDK client does by itself: register (RFC 7591), then code + PKCE with `resource`."""
-    registered = idp.register_client({
-        "redirect_uris": ["http://127.0.0.1:53682/callback"], "token_endpoint_auth_method": "client_secret_post",
-        "grant_types": ["authorization_code", "refresh_token"], "response_types": ["code"],
-        "client_name": "an MCP client", "scope": "mcp"})
-    tokens = idp.login_user_with_code(GATEWAY, "mcp", user="bob", client=registered["client_id"],
-                                      redirect_uri="http://127.0.0.1:53682/callback")
+    """What an MCP SDK client does by itself: read the discovery document, register (RFC 7591) with
+    the SDK's own client metadata, then code + PKCE with `resource`."""
+    discovered = OAuthMetadata.model_validate(idp.metadata())
+    assert str(discovered.issuer).rstrip("/") == idp.issuer and discovered.registration_endpoint is not None
+    callback = "http://127.0.0.1:53682/callback"
+    body = OAuthClientMetadata(redirect_uris=[AnyUrl(callback)], scope="mcp", client_name="an MCP client")
+    registered = idp.register_client(body.model_dump(by_alias=True, mode="json", exclude_none=True))
+    info = OAuthClientInformationFull.model_validate(registered)
+    assert info.client_id and info.client_secret and info.scope == "mcp"
+    tokens = idp.login_user_with_code(GATEWAY, "mcp", user="bob", client=info.client_id, redirect_uri=callback)
     claims = idp.verify(tokens["access_token"], audience=GATEWAY)
-    assert claims["sub"] == "bob" and claims["client_id"] == registered["client_id"]
+    assert claims["sub"] == "bob" and claims["client_id"] == info.client_id and claims["groups"] == ["support"]
 
 
 def test_the_device_flow_logs_a_user_in(idp: Idp) -> None:
