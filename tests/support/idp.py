@@ -283,6 +283,9 @@ class Idp:
         self.close()
 
     def start(self, *, rotate_keys: Literal["none", "replace", "prepend"] = "none") -> "Idp":
+        """Start the provider (installing it first when missing); `issuer` is set when it listens."""
+        if self.running:
+            raise IdpError(f"the provider already runs at {self.issuer}: restart() it")
         node = ensure_installed()
         if self._workdir is None:
             self._workdir = Path(tempfile.mkdtemp(prefix="dex-idp-"))
