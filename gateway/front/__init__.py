@@ -30,6 +30,7 @@ from ..config.model import GatewayConfig
 from ..media.serving import MediaReader
 from ..pipeline.passthrough import Passthrough
 from ..protocol import SERVER_INFO
+from ..auth.policy import NO_POLICY, Policy
 from ..auth.scope import PrincipalScope
 from ..pipeline.subscriptions import ResourceWatch
 from ..tasks import Tasks
@@ -76,10 +77,11 @@ def build_front(
     *,
     telemetry: Telemetry | None = None,
     parking: Parking | None = None,
+    policy: Policy = NO_POLICY,
 ) -> Front:
     server_info = SERVER_INFO
     tool_calls = ToolCalls(pipeline, server_info)
-    listing = ToolListing(catalog, scope, server_info)
+    listing = ToolListing(catalog, scope, server_info, policy)
     passthrough = Passthrough(catalog, upstreams, scope, media)
     listen = ListenStreams(events, watch, scope)
     parts = FrontParts(catalog, passthrough, tool_calls, listing, events.sessions, watch, listen, dict(server_info), tasks,

@@ -22,6 +22,7 @@ from ..pipeline.stages import Answered, InputRound, TaskCreated, ToolCall
 from ..errors import RequestError
 from ..protocol import Era, Result
 from ..upstreams.relay import CallRelay
+from ..auth.policy import NO_POLICY, Policy
 from ..auth.principals import Identity
 from ..auth.scope import PrincipalScope
 from .wire import encode_message, list_result, result_wire, tool_result
@@ -92,33 +93,47 @@ class ToolCalls:
 
 class ToolListing:
     """The merged `tools/list` result, built and encoded once per catalog version, principal
-    scope and era (1,000 tools are a 300 KB answer: never rebuilt per request)."""
+    scope, policy key and era (1,000 tools are a 300 KB answer: never rebuilt per request).
 
-    def __init__(self, catalog: Catalog, scope: PrincipalScope, server_info: Mapping[str, Any]) -> None:
+    A tool that a deny rule refuses this caller without reading the arguments is left out
+    (gateway/auth/policy.py); the policy key holds only what such rules read (the principal, the
+    claims they name, the scopes), so callers alike share one entry. At most `max_entries` are
+    kept (the oldest goes first): callers from an identity provider are not bounded in number."""
+
+    def __init__(self, catalog: Catalog, scope: PrincipalScope, server_info: Mapping[str, Any],
+                 policy: Policy = NO_POLICY, *, max_entries: int = 1024) -> None:
         self._catalog = catalog
         self._scope = scope
+        self._policy = policy
         self._server_info = server_info
+        self._max_entries = max_entries
         self._version: object = None
-        self._cache: dict[tuple[Any, Era], tuple[dict[str, Any], bytes]] = {}
+        self._cache: dict[tuple[Any, Any, Era], tuple[dict[str, Any], bytes]] = {}
 
-    async def result(self, principal: str, *, era: Era) -> dict[str, Any]:
+    async def result(self, identity: Identity, *, era: Era) -> dict[str, Any]:
         """The result dict (a fresh top level: callers may add to it)."""
-        return dict((await self._entry(principal, era))[0])
+        return dict((await self._entry(identity, era))[0])
 
-    async def encoded(self, principal: str, *, era: Era) -> bytes:
+    async def encoded(self, identity: Identity, *, era: Era) -> bytes:
         """The result as JSON bytes, encoded as this era's transport encodes results."""
-        return (await self._entry(principal, era))[1]
+        return (await self._entry(identity, era))[1]
 
-    async def _entry(self, principal: str, era: Era) -> tuple[dict[str, Any], bytes]:
+    async def _entry(self, identity: Identity, era: Era) -> tuple[dict[str, Any], bytes]:
         version, routes = await self._catalog.tools_snapshot()
         if version != self._version:
             self._version, self._cache = version, {}
-        key = (self._scope.key(principal), era)
+        principal = identity.principal
+        key = (self._scope.key(principal), self._policy.listing_key(identity), era)
         entry = self._cache.get(key)
         if entry is None:
-            tools = [_for_era(r.definition, era) for r in routes if self._scope.may_use_tool(principal, r.name, r.upstream)]
+            policy = self._policy if self._policy.enabled else None
+            tools = [_for_era(r.definition, era) for r in routes
+                     if self._scope.may_use_tool(principal, r.name, r.upstream)
+                     and (policy is None or not policy.hides(identity, r.name, r.upstream))]
             result = list_result("tools", tools, era=era, server_info=self._server_info)
             entry = (result, encode_message(result, era=era))
+            if len(self._cache) >= self._max_entries:
+                del self._cache[next(iter(self._cache))]
             self._cache[key] = entry
         return entry
 

@@ -174,6 +174,11 @@ class CallTelemetry:
             span.set_attribute(FENCE, state)
             span.set_attribute(REPLAYED, state == "replayed")
 
+    def policy_denied(self, rule: str, reason: str) -> None:
+        """A call denied by policy rule `rule` (reason: matched, or error: it could not be evaluated)."""
+        if self.metrics is not None:
+            self.child(self.metrics.policy_denials, rule, reason).inc()
+
     async def attempt(self, route: "ToolRoute", attempt: int, sending: Awaitable["AttemptEvent"]) -> "AttemptEvent":
         """Await one upstream attempt (`sending`) inside its CLIENT span; count its result."""
         if self.tracer is None:

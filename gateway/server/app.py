@@ -41,6 +41,7 @@ from ..http.hosts import HostOriginGuard, HostOriginPolicy
 from ..media.runtime import Media, open_media
 from ..media.serving import MediaEndpoint
 from .operations import Operations
+from ..auth.policy import Policy
 from ..auth.scope import PrincipalScope
 from ..pipeline.limits import upstream_answer_cap
 from ..pipeline.subscriptions import ResourceWatch
@@ -302,18 +303,19 @@ async def _build_runtime(
     for upstream in upstreams.values():
         upstream.resource_listeners.append(lambda uri: spawn("resource notifier", partial(events.resource_updated, uri)))
     scope = PrincipalScope(config.auth)
+    policy = Policy(config.policy)
     parking = Parking(tg)
     pipeline = CallPipeline(
         catalog, upstreams, fences, scope, max_result_bytes=config.server.max_result_bytes, media=media.stage,
         upstream_tasks=task_requests(config.tasks), telemetry=CallTelemetry.of(ops.telemetry), limits=ops.limits,
-        parking=parking,
+        parking=parking, policy=policy,
     )
     tasks = start_tasks(config.tasks, task_store, tg, pipeline=pipeline, fences=fences,
                         upstreams=upstreams, server_info=SERVER_INFO, supervisor=supervisor)
     if tasks is not None:
         pipeline.add_task_stage(tasks)
     front = build_front(config, authenticator, catalog, pipeline, upstreams, scope, events, watch, media.reader, tasks,
-                        telemetry=ops.telemetry, parking=parking)
+                        telemetry=ops.telemetry, parking=parking, policy=policy)
     ops.drain.watch_streams(front.listen)
 
     async def connectors_changed() -> None:
