@@ -61,6 +61,9 @@ class Front:
     server: GatewayServer
     manager: StreamableHTTPSessionManager
     listen: ListenStreams  # closed at drain and shutdown: open subscriptions/listen streams end gracefully
+    # tools/call and tools/list below authentication, for an Identity (what both entries call).
+    tool_calls: ToolCalls | None = None
+    listing: ToolListing | None = None
 
 
 def build_front(
@@ -117,5 +120,5 @@ def build_front(
     app = BodyLimit(app, server_cfg.max_request_bytes)
     app = BearerAuth(app, authenticator)
     app = HostOriginGuard(app, HostOriginPolicy(server_cfg))
-    return Front(app=app, server=server, manager=manager, listen=listen)
+    return Front(app=app, server=server, manager=manager, listen=listen, tool_calls=tool_calls, listing=listing)
 

@@ -34,7 +34,7 @@ from ..connectors.bindings.policy import BindingPolicy
 from ..storage.database import Database, opened
 from .drain import Drain
 from ..fences import Fences, FenceStore, Owner, open_fence_store
-from ..front import Authenticator, ClientEvents, Sessions, build_front
+from ..front import Authenticator, ClientEvents, Front, Sessions, build_front
 from ..http.auth import BearerAuth
 from ..front.events import ListenStreams
 from ..http.hosts import HostOriginGuard, HostOriginPolicy
@@ -73,6 +73,8 @@ class Runtime:
     media: Media
     listen: ListenStreams
     tasks: Tasks | None = None
+    # The front below authentication: tools/call and tools/list for an Identity.
+    front: Front | None = None
     # Every upstream has been asked for its tools once (reported by /readyz, not gated on:
     # one hung upstream must not take a replica out of rotation).
     catalog_listed: bool = False
@@ -337,6 +339,7 @@ async def _build_runtime(
         listen=front.listen,
         tasks=tasks,
         supervisor=supervisor,
+        front=front,
     )
 
 
