@@ -134,9 +134,9 @@ def _context(rules: list[_Rule], identity: Identity, tool: str, upstream: str | 
     """The variables the rules read, converted once for all of them (a conversion costs more than
     an evaluation: only what is read is converted)."""
     wanted: set[str] = set()
-    for rule in rules:
-        if rule.condition is not None:
-            wanted |= rule.condition.variables
+    conditions = [r.condition for r in rules if r.condition is not None]
+    for condition in conditions:
+        wanted |= condition.variables
     values: dict[str, Any] = {}
     for name in wanted:
         if name == "tool":
@@ -146,15 +146,24 @@ def _context(rules: list[_Rule], identity: Identity, tool: str, upstream: str | 
         elif name == "principal":
             values[name] = identity.principal
         elif name == "claims":
-            values[name] = dict(identity.claims)
+            values[name] = _read(identity.claims, [c.claim_names for c in conditions if "claims" in c.variables])
         elif name == "scopes":
             values[name] = sorted(identity.scopes)
         elif name == "arguments":
-            args = dict(arguments or {})
+            args = _read(arguments or {}, [c.argument_names for c in conditions if "arguments" in c.variables])
             if _too_deep(args):
                 raise _TooDeep
             values[name] = args
     return cel.Context(values)
+
+
+def _read(values: Mapping[str, Any], names: list[frozenset[str] | None]) -> dict[str, Any]:
+    """The fields of `values` the conditions read (all of them when one reads the map as a whole):
+    a 1 MB argument that no rule reads is never converted. A field that is not there stays missing."""
+    if any(n is None for n in names):
+        return dict(values)
+    wanted = frozenset().union(*(n for n in names if n is not None))
+    return {k: values[k] for k in wanted if k in values}
 
 
 def _too_deep(value: Any) -> bool:

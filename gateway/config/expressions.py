@@ -38,9 +38,9 @@ _SYNTAX = re.compile(r"Syntax error: ([^\n]*)")
 # text check that may over-collect (a string literal shaped like a macro), never under-collect a
 # real binding, so a valid expression is never refused for it.
 _BOUND = re.compile(r"\.\s*(?:all|exists|exists_one|map|filter)\s*\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*,")
-# `claims.groups`, `claims["groups"]`, `has(claims.groups)`: the claims a condition reads.
-_CLAIM_FIELD = re.compile(r"\bclaims\s*(?:\.\s*([A-Za-z_][A-Za-z0-9_]*)|\[\s*(?:\"([^\"\\]*)\"|'([^'\\]*)')\s*\])")
-_CLAIMS_WORD = re.compile(r"\bclaims\b")
+# `claims.groups`, `arguments["amount"]`, `has(claims.groups)`: the fields of a map a condition reads.
+_FIELD = r"\s*(?:\.\s*([A-Za-z_][A-Za-z0-9_]*)|\[\s*(?:\"([^\"\\]*)\"|'([^'\\]*)')\s*\])"
+_FIELDS = {name: (re.compile(rf"\b{name}\b"), re.compile(rf"\b{name}{_FIELD}")) for name in ("claims", "arguments")}
 
 
 class ExpressionError(ValueError):
@@ -61,6 +61,8 @@ class Condition:
     # The claim names it reads, or None when it reads claims in a way a text check cannot follow
     # (`claims[x]`, `claims` as a whole): then every claim counts.
     claim_names: frozenset[str] | None
+    # The same for the arguments: only these are converted for an evaluation (None: all of them).
+    argument_names: frozenset[str] | None
 
     def evaluate(self, context: "cel.Context") -> bool:
         """True or false; raises what the library raises, or NotABool for a result that is not a bool."""
@@ -83,7 +85,8 @@ def compile_condition(source: str) -> Condition:
         raise ExpressionError(
             f"unknown variable {', '.join(repr(n) for n in unknown)} in {source!r}: a condition sees only "
             f"{', '.join(sorted(VARIABLES))}")
-    condition = Condition(source, program, frozenset(names & VARIABLES), _claim_names(source))
+    condition = Condition(source, program, frozenset(names & VARIABLES), _field_names(source, "claims"),
+                          _field_names(source, "arguments"))
     _probe(condition)
     return condition
 
@@ -105,12 +108,14 @@ def _probe(condition: Condition) -> None:
         raise ExpressionError(f"{condition.source!r} gives {_type_name(result)}, not true or false")
 
 
-def _claim_names(source: str) -> frozenset[str] | None:
-    mentions = len(_CLAIMS_WORD.findall(source))
-    fields = _CLAIM_FIELD.findall(source)
-    if mentions != len(fields):
+def _field_names(source: str, variable: str) -> frozenset[str] | None:
+    """The fields of `variable` the condition reads, when every mention of it reads a named field
+    (a mention in a string literal counts too: then None, never too few)."""
+    word, field = _FIELDS[variable]
+    fields = field.findall(source)
+    if len(word.findall(source)) != len(fields):
         return None
-    return frozenset(next(part for part in found if part) for found in fields)
+    return frozenset(next((part for part in found if part), "") for found in fields)
 
 
 def _syntax_message(text: str) -> str:

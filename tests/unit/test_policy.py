@@ -72,7 +72,7 @@ def test_arguments_nested_too_deep_are_denied_not_handed_to_the_library() -> Non
     for _ in range(MAX_ARGUMENT_DEPTH + 5):
         inner["a"] = {}
         inner = inner["a"]
-    policy = _policy({"name": "r", "tools": ["t"], "when": "arguments.amount > 1"})
+    policy = _policy({"name": "r", "tools": ["t"], "when": "has(arguments.deep) && arguments.amount > 1"})
     denial = policy.denial(ALICE, "t", None, {"amount": 5, "deep": nested})
     assert denial is not None and denial.reason == "error" and "deeper" in denial.detail
 
