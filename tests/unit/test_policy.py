@@ -91,3 +91,14 @@ def test_conditions_refused_at_compile(source: str, words: str) -> None:
 def test_comprehension_variables_are_not_unknown_variables() -> None:
     condition = compile_condition('claims.groups.exists(g, g.startsWith("fin")) && arguments.items.all(i, i.qty < 10)')
     assert condition.variables == {"claims", "arguments"} and condition.claim_names == {"groups"}
+
+
+def test_only_the_fields_read_are_converted_and_the_answers_are_the_same() -> None:
+    whole = _policy({"name": "w", "tools": ["t"], "when": "size(arguments) > 3"})
+    assert whole.denial(ALICE, "t", None, {"a": 1, "b": 2, "c": 3, "d": 4}) is not None  # the map as a whole
+    assert whole.denial(ALICE, "t", None, {"a": 1}) is None
+    optional = _policy({"name": "o", "tools": ["t"], "when": 'has(arguments.note) && arguments["note"] == "x"'})
+    assert optional.denial(ALICE, "t", None, {"note": "x", "blob": "y" * 1_000_000}) is not None
+    assert optional.denial(ALICE, "t", None, {"blob": "y"}) is None  # has() is false: not an error
+    claims = _policy({"name": "c", "tools": ["t"], "when": 'claims.sub == "alice" && size(claims.groups) == 1'})
+    assert claims.denial(ALICE, "t", None, {}) is not None
