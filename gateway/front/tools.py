@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 
@@ -30,6 +30,9 @@ from .wire import encode_message, list_result, result_wire, tool_result
 __all__ = ["ToolCallRequest", "ToolCalls", "ToolListing", "parse_tool_call"]
 
 logger = logging.getLogger(__name__)
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,12 +96,15 @@ class ToolCalls:
 
 class ToolListing:
     """The merged `tools/list` result, built and encoded once per catalog version, principal
-    scope, policy key and era (1,000 tools are a 300 KB answer: never rebuilt per request).
+    scope, set of tools the policy hides, and era (1,000 tools are a 300 KB answer: never rebuilt
+    per request).
 
     A tool that a deny rule refuses this caller without reading the arguments is left out
-    (gateway/auth/policy.py); the policy key holds only what such rules read (the principal, the
-    claims they name, the scopes), so callers alike share one entry. At most `max_entries` are
-    kept (the oldest goes first): callers from an identity provider are not bounded in number."""
+    (gateway/auth/policy.py). Which tools are hidden is worked out once per policy key (only what
+    such rules read of the caller: the principal, the claims they name, the scopes) and kept as a
+    small set; callers whose hidden sets are equal share one encoded listing, so many callers from
+    an identity provider do not make many copies of it. Both maps keep at most `max_entries` (the
+    oldest goes first)."""
 
     def __init__(self, catalog: Catalog, scope: PrincipalScope, server_info: Mapping[str, Any],
                  policy: Policy = NO_POLICY, *, max_entries: int = 1024) -> None:
@@ -108,7 +114,8 @@ class ToolListing:
         self._server_info = server_info
         self._max_entries = max_entries
         self._version: object = None
-        self._cache: dict[tuple[Any, Any, Era], tuple[dict[str, Any], bytes]] = {}
+        self._hidden: dict[tuple[Any, Any], frozenset[str]] = {}
+        self._cache: dict[tuple[Any, frozenset[str], Era], tuple[dict[str, Any], bytes]] = {}
 
     async def result(self, identity: Identity, *, era: Era) -> dict[str, Any]:
         """The result dict (a fresh top level: callers may add to it)."""
@@ -121,21 +128,33 @@ class ToolListing:
     async def _entry(self, identity: Identity, era: Era) -> tuple[dict[str, Any], bytes]:
         version, routes = await self._catalog.tools_snapshot()
         if version != self._version:
-            self._version, self._cache = version, {}
+            self._version, self._hidden, self._cache = version, {}, {}
         principal = identity.principal
-        key = (self._scope.key(principal), self._policy.listing_key(identity), era)
+        scope_key = self._scope.key(principal)
+        hidden = frozenset[str]()
+        if self._policy.enabled:
+            hidden_key = (scope_key, self._policy.listing_key(identity))
+            found = self._hidden.get(hidden_key)
+            if found is None:
+                found = frozenset(r.name for r in routes if self._scope.may_use_tool(principal, r.name, r.upstream)
+                                  and self._policy.hides(identity, r.name, r.upstream))
+                _bounded_put(self._hidden, hidden_key, found, self._max_entries)
+            hidden = found
+        key = (scope_key, hidden, era)
         entry = self._cache.get(key)
         if entry is None:
-            policy = self._policy if self._policy.enabled else None
             tools = [_for_era(r.definition, era) for r in routes
-                     if self._scope.may_use_tool(principal, r.name, r.upstream)
-                     and (policy is None or not policy.hides(identity, r.name, r.upstream))]
+                     if r.name not in hidden and self._scope.may_use_tool(principal, r.name, r.upstream)]
             result = list_result("tools", tools, era=era, server_info=self._server_info)
             entry = (result, encode_message(result, era=era))
-            if len(self._cache) >= self._max_entries:
-                del self._cache[next(iter(self._cache))]
-            self._cache[key] = entry
+            _bounded_put(self._cache, key, entry, self._max_entries)
         return entry
+
+
+def _bounded_put(cache: dict[K, V], key: K, value: V, limit: int) -> None:
+    if len(cache) >= limit:
+        del cache[next(iter(cache))]
+    cache[key] = value
 
 
 def _for_era(definition: dict[str, Any], era: Era) -> dict[str, Any]:
