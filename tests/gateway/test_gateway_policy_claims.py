@@ -122,3 +122,12 @@ async def test_arguments_and_claims_together(runtime: tuple[Runtime, Path]) -> N
     with pytest.raises(UnknownToolError):
         await _call(rt, NO_CLAIMS, "billing__refund", {"run": "static-6000", "amount": 6000})
     assert _runs(state) == [("refund", "staff-100"), ("refund", "admin-6000")]
+
+
+async def test_callers_with_the_same_hidden_tools_share_one_encoded_listing(runtime: tuple[Runtime, Path]) -> None:
+    """Many users from an identity provider must not make a 300 KB listing each."""
+    rt, _ = runtime
+    assert rt.front is not None and rt.front.listing is not None
+    for who in (FINANCE, FINANCE_AGAIN, STAFF, NO_CLAIMS, ADMIN):
+        await _listed(rt, who, Era.HANDSHAKE)
+    assert len(rt.front.listing._cache) == 2  # export listed, export hidden
