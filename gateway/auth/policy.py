@@ -99,7 +99,9 @@ class Policy:
         if claims == "all":
             claim_values = _canonical(dict(identity.claims))
         elif claims:
-            claim_values = tuple((name, _canonical(identity.claims.get(name))) for name in sorted(claims))
+            # A claim that is absent and one that is null differ (`has(claims.x)`): both are in the key.
+            claim_values = tuple((name, name in identity.claims, _canonical(identity.claims.get(name)))
+                                 for name in sorted(claims))
         return (identity.principal if principal else None, claim_values,
                 tuple(sorted(identity.scopes)) if scopes else None)
 
@@ -112,12 +114,11 @@ def _first_denial(rules: list[_Rule], identity: Identity, tool: str, upstream: s
         condition = rule.condition
         if condition is None:
             return Denial(rule.name, "matched", message=rule.message)
-        if context is None:
-            try:
-                context = _context(rules, identity, tool, upstream, arguments)
-            except _TooDeep:
-                return Denial(rule.name, "error", f"arguments nested deeper than {MAX_ARGUMENT_DEPTH} levels")
         try:
+            if context is None:
+                context = _context(rules, identity, tool, upstream, arguments)
+                if context is None:
+                    return Denial(rule.name, "error", f"arguments nested deeper than {MAX_ARGUMENT_DEPTH} levels")
             if condition.evaluate(context):
                 return Denial(rule.name, "matched", message=rule.message)
         except Exception as exc:  # noqa: BLE001 - any failure of a rule denies the call (fail closed)
@@ -125,14 +126,10 @@ def _first_denial(rules: list[_Rule], identity: Identity, tool: str, upstream: s
     return None
 
 
-class _TooDeep(Exception):
-    pass
-
-
 def _context(rules: list[_Rule], identity: Identity, tool: str, upstream: str | None,
-             arguments: Mapping[str, Any] | None) -> cel.Context:
+             arguments: Mapping[str, Any] | None) -> cel.Context | None:
     """The variables the rules read, converted once for all of them (a conversion costs more than
-    an evaluation: only what is read is converted)."""
+    an evaluation: only what is read is converted). None: arguments nested too deep to convert."""
     wanted: set[str] = set()
     conditions = [r.condition for r in rules if r.condition is not None]
     for condition in conditions:
@@ -152,7 +149,7 @@ def _context(rules: list[_Rule], identity: Identity, tool: str, upstream: str | 
         elif name == "arguments":
             args = _read(arguments or {}, [c.argument_names for c in conditions if "arguments" in c.variables])
             if _too_deep(args):
-                raise _TooDeep
+                return None
             values[name] = args
     return cel.Context(values)
 
