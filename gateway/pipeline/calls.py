@@ -8,7 +8,7 @@
           (gateway/auth/policy.py): a tool out of scope or denied is answered as an unknown tool,
           before anything is claimed or sent
 
-    the tail: policy -> rate limit -> fence (claim / replay / unknown) -> dispatch (attempts, with a
+    the tail: rate limit -> a write without a key refused -> fence (claim / replay / unknown) -> dispatch (attempts, with a
           jittered wait before each re-send) -> check the upstream result -> outcome
           -> media (images -> references) -> result size limit -> fence (store) -> Answer
 
