@@ -1,7 +1,7 @@
 """The front: what clients talk to at `/mcp`, one concept per module.
 
     HostOriginGuard   hosts.py       421 / 403 for a foreign Host or Origin (DNS rebinding)
-    BearerAuth        auth.py        401 without a known token; the principal into the scope
+    BearerAuth        auth.py        401/403 without an acceptable token (static or OAuth); the identity into the scope
     BodyLimit         body_limit.py  413 over server.max_request_bytes
     RequestGate       requests.py    one well-formed JSON-RPC message per POST, or a clear error
     FastPath          fastpath.py    stateless tools/call and tools/list, both eras
@@ -113,7 +113,7 @@ def build_front(
         )
     app: ASGIApp = RequestGate(endpoint, max_body=server_cfg.max_request_bytes, json_only=server_cfg.json_response)
     app = BodyLimit(app, server_cfg.max_request_bytes)
-    app = BearerAuth(app, authenticator)
+    app = BearerAuth(app, authenticator, on_identity=scope.bind)
     app = HostOriginGuard(app, HostOriginPolicy(server_cfg))
     return Front(app=app, server=server, manager=manager, listen=listen)
 

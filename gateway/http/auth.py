@@ -1,7 +1,14 @@
 """Who is calling: bearer tokens mapped to principals, and the guard that requires one.
 
-Tokens are stored as SHA-256 hex (a leaked config holds no usable token) and compared in
-constant time. Without configured tokens every request is the anonymous principal.
+Static tokens (`auth.tokens`) are stored as SHA-256 hex (a leaked config holds no usable token)
+and compared in constant time, always first. With `auth.oauth` any other bearer token is checked
+as an OAuth access token (gateway/auth/oauth/). Without either every request is the anonymous
+principal.
+
+Refusals follow RFC 6750 and the MCP authorization spec: 401 with `WWW-Authenticate: Bearer`
+naming the protected resource metadata (`resource_metadata`) and the scope needed, plus
+`error="invalid_token"` and a short description when a token was sent but refused; 403
+`insufficient_scope` with the scope needed. The reason is logged, never the token.
 
 The principal also goes into the scope as the SDK's `user`: the SDK's session manager binds a
 stateful session to the user that opened it, so another principal's request for that session id
@@ -12,18 +19,25 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
+from mcp.server.auth.routes import build_resource_metadata_url
+from pydantic import AnyHttpUrl
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ..auth.oauth import OAuthVerifier
 from ..config.model import AuthConfig, TokenConfig
-from ..auth.principals import ANONYMOUS, IDENTITY_SCOPE_KEY, PRINCIPAL_SCOPE_KEY, Identity
-from ..errors import UNAUTHORIZED
+from ..auth.principals import ANONYMOUS_IDENTITY, IDENTITY_SCOPE_KEY, PRINCIPAL_SCOPE_KEY, Identity
+from ..errors import UNAUTHORIZED, TokenRefused
 from .asgi import header, refuse
 
 __all__ = ["Authenticator", "BearerAuth", "sha256_hex"]
+
+logger = logging.getLogger(__name__)
 
 # JSON-RPC has no code for "unauthorized" and mcp_types names none: -32000 is the first of the
 # implementation-defined server errors; the HTTP status (401) is what clients act on.
@@ -36,11 +50,18 @@ def sha256_hex(token: str) -> str:
 @dataclass(frozen=True)
 class Authenticator:
     config: AuthConfig
+    # The environment introspection secrets are read from (None: the process's).
+    environ: Mapping[str, str] | None = field(default=None, repr=False)
     _users: dict[str, AuthenticatedUser] = field(init=False, repr=False, compare=False)
+    verifier: OAuthVerifier | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         users = {t.principal: _user(t.principal) for t in self.config.tokens}
         object.__setattr__(self, "_users", users)
+        oauth = self.config.oauth
+        verifier = None if oauth is None else OAuthVerifier(
+            oauth, static_principals=frozenset(users), environ=self.environ)
+        object.__setattr__(self, "verifier", verifier)
 
     def user(self, principal: str) -> AuthenticatedUser:
         """The SDK's user for a principal (what a stateful session is bound to)."""
@@ -50,15 +71,26 @@ class Authenticator:
     def enabled(self) -> bool:
         return self.config.enabled
 
-    def principal(self, authorization: str | None) -> str | None:
-        """The principal a bearer token maps to; None when the token is missing or unknown."""
-        if not self.config.tokens:
-            return ANONYMOUS
+    @property
+    def resource_metadata_url(self) -> str | None:
+        """Where clients find this resource's RFC 9728 metadata (with `auth.oauth`)."""
+        oauth = self.config.oauth
+        return None if oauth is None else str(build_resource_metadata_url(AnyHttpUrl(oauth.resource)))
+
+    async def identity(self, authorization: str | None) -> Identity | None:
+        """Who sends this Authorization header: None without a bearer token; TokenRefused for a
+        token that is neither a static one nor an acceptable OAuth token."""
+        if not self.config.enabled:
+            return ANONYMOUS_IDENTITY
         token = _bearer(authorization)
         if token is None:
             return None
         entry = self._match(token)
-        return entry.principal if entry else None
+        if entry is not None:
+            return Identity(entry.principal)
+        if self.verifier is None:
+            raise TokenRefused("the token is not one configured in auth.tokens")
+        return await self.verifier.identity(token)
 
     def is_admin(self, authorization: str | None) -> bool:
         token = _bearer(authorization)
@@ -68,6 +100,8 @@ class Authenticator:
         return hmac.compare_digest(sha256_hex(token), expected.lower())
 
     def _match(self, token: str) -> TokenConfig | None:
+        if not self.config.tokens:
+            return None
         digest = sha256_hex(token)
         found = None
         for entry in self.config.tokens:
@@ -89,28 +123,69 @@ def _bearer(authorization: str | None) -> str | None:
     return value.strip() or None if scheme.lower() == "bearer" else None
 
 
-class BearerAuth:
-    """401 without a known bearer token; otherwise the principal goes into the ASGI scope."""
+def _quoted(text: str) -> str:
+    """A quoted-string of RFC 6750's auth-params (printable ASCII without `"` and `\\`)."""
+    cleaned = "".join(c if " " <= c <= "~" and c not in '"\\' else "'" if c == '"' else " " for c in text)
+    return f'"{cleaned}"'
 
-    def __init__(self, app: ASGIApp, authenticator: Authenticator) -> None:
+
+class BearerAuth:
+    """401 without a known bearer token; otherwise the principal goes into the ASGI scope.
+    `on_identity` sees every accepted identity (the principal scope binds OAuth claims there)."""
+
+    def __init__(self, app: ASGIApp, authenticator: Authenticator,
+                 on_identity: Callable[[Identity], None] | None = None) -> None:
         self._app = app
         self._auth = authenticator
+        self._on_identity = on_identity
+        self._metadata = authenticator.resource_metadata_url
+        verifier = authenticator.verifier
+        self._scope = verifier.required_scope if verifier is not None else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             authorization = header(scope, b"authorization")
-            principal = self._auth.principal(authorization.decode("latin-1") if authorization is not None else None)
-            if principal is None:
-                await refuse(
-                    send,
-                    401,
-                    UNAUTHORIZED,
-                    "Unauthorized: send 'Authorization: Bearer <token>' with a token configured in auth.tokens",
-                    [(b"www-authenticate", b'Bearer realm="dex-mcp-gateway"')],
-                )
+            try:
+                identity = await self._auth.identity(
+                    authorization.decode("latin-1") if authorization is not None else None)
+            except TokenRefused as refused:
+                await self._refuse(scope, send, refused)
                 return
-            scope[PRINCIPAL_SCOPE_KEY] = principal
-            scope[IDENTITY_SCOPE_KEY] = Identity(principal)
-            if self._auth.config.tokens:
-                scope["user"] = self._auth.user(principal)
+            if identity is None:
+                await self._refuse(scope, send, None)
+                return
+            scope[PRINCIPAL_SCOPE_KEY] = identity.principal
+            scope[IDENTITY_SCOPE_KEY] = identity
+            if self._auth.enabled:
+                scope["user"] = self._auth.user(identity.principal)
+            if self._on_identity is not None:
+                self._on_identity(identity)
         await self._app(scope, receive, send)
+
+    async def _refuse(self, scope: Scope, send: Send, refused: TokenRefused | None) -> None:
+        params: list[str] = []
+        if refused is not None:
+            error = "insufficient_scope" if refused.insufficient_scope is not None else "invalid_token"
+            params += [f"error={_quoted(error)}", f"error_description={_quoted(refused.reason)}"]
+            client = scope.get("client")
+            logger.info("auth: %s %s from %s refused (%d %s): %s", scope.get("method"), scope.get("path"),
+                        client[0] if client else "?", refused.status, error, refused.reason)
+        if self._metadata is not None:
+            params.append(f"resource_metadata={_quoted(self._metadata)}")
+        needed = refused.insufficient_scope if refused is not None and refused.insufficient_scope else self._scope
+        if needed:
+            params.append(f"scope={_quoted(needed)}")
+        if self._metadata is None and refused is None:
+            params.append('realm="dex-mcp-gateway"')
+        challenge = "Bearer " + ", ".join(params)
+        if refused is None:
+            message = ("Unauthorized: send 'Authorization: Bearer <token>' with a token configured in auth.tokens"
+                       if self._metadata is None else
+                       f"Unauthorized: send 'Authorization: Bearer <token>' with an access token for this resource "
+                       f"(how to get one: {self._metadata})")
+        elif refused.insufficient_scope is not None:
+            message = f"Forbidden: {refused.reason} (needed: {refused.insufficient_scope})"
+        else:
+            message = f"Unauthorized: {refused.reason}"
+        await refuse(send, refused.status if refused is not None else 401, UNAUTHORIZED, message,
+                     [(b"www-authenticate", challenge.encode("ascii"))])
