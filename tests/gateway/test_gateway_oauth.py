@@ -38,6 +38,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 
 STATIC = "static-ci-token-5e1f"
 REFETCH_SECONDS = 2.0
+SECRET_ENV = "DEX_TEST_INTROSPECTION_SECRET"
 
 
 @dataclass
@@ -61,7 +62,10 @@ def _config(root: Path, idp: JwksIssuer, port: int, **oauth: Any) -> Path:
             "tokens": [{"principal": "ci", "token_sha256": sha(STATIC), "tools": ["notes__*"]}],
             "oauth": {
                 "resource": f"http://127.0.0.1:{port}/mcp",
-                "issuers": [{"issuer": idp.url}],  # jwks_uri from its openid-configuration
+                # jwks_uri from its openid-configuration; opaque tokens introspected there.
+                "issuers": [{"issuer": idp.url, "introspection_endpoint": f"{idp.url}/introspect",
+                             "introspection_client_id": idp.client[0],
+                             "introspection_client_secret_env": SECRET_ENV}],
                 "required_scopes": ["mcp"],
                 "jwks_min_refetch_seconds": REFETCH_SECONDS,
                 "leeway_seconds": 5,
@@ -84,7 +88,7 @@ def _running(root: Path, **oauth: Any) -> Iterator[Setup]:
     with JwksIssuer() as idp:
         key = idp.add_key("k1")
         port = free_port()
-        with start_gateway(_config(root, idp, port, **oauth), port=port) as gateway:
+        with start_gateway(_config(root, idp, port, **oauth), port=port, env={SECRET_ENV: idp.client[1]}) as gateway:
             yield Setup(gateway, idp, key, f"http://127.0.0.1:{port}/mcp", root / "billing")
 
 
@@ -160,6 +164,17 @@ async def test_a_valid_token_works_through_the_sdk_client(setup: Setup, era: str
     assert count_executions(setup.billing_state, tool="get_balance") == before + 1
 
 
+def test_an_opaque_token_is_introspected_and_the_answer_reused(setup: Setup) -> None:
+    token = _opaque(setup.idp, setup.resource)
+    before = setup.idp.introspections
+    for _ in range(3):
+        response = _post(setup, token)
+        assert response.status_code == 200, response.text
+    assert any(t["name"].startswith("billing__") for t in _result(response)["tools"])
+    assert setup.idp.introspections == before + 1  # cached (introspection_cache_seconds)
+    assert token not in setup.gateway.log
+
+
 def test_static_tokens_keep_working_beside_oauth(setup: Setup) -> None:
     response = _post(setup, STATIC)
     assert response.status_code == 200, response.text
@@ -196,13 +211,24 @@ def _bad_tokens(setup: Setup) -> dict[str, tuple[str, str]]:
         "hs256_with_the_public_key": (
             unsigned_token({"alg": "HS256", "typ": "JWT", "kid": "k1"}, good, secret=key.public_pem()),
             "'HS256' is not accepted"),
-        "not_a_jwt": ("opaque-token-nobody-issued", "neither a JWT nor"),
+        "opaque_unknown": ("opaque-token-nobody-issued", "not active"),
+        "opaque_for_another_resource": (_opaque(idp, "http://127.0.0.1:1/mcp"), "not for this resource"),
+        "key_of_another_type": (idp.token(make_key("k1", "ES256"), **good), "does not verify ES256"),
         "no_expiry": (idp.token(key, **{k: v for k, v in good.items() if k != "exp"}), "'exp'"),
     }
 
 
+def _opaque(idp: JwksIssuer, aud: str, **claims: Any) -> str:
+    """An opaque token the issuer introspects as active for `aud`."""
+    token = f"opaque-{uuid.uuid4().hex}"
+    idp.opaque[token] = {"iss": idp.url, "sub": "olga", "aud": aud, "scope": "mcp", "groups": ["finance"],
+                         "exp": int(time.time()) + 300, **claims}
+    return token
+
+
 BAD = ["expired", "not_yet_valid", "wrong_audience", "another_resource", "wrong_issuer", "forged_signature",
-       "unknown_kid", "alg_none", "hs256_with_the_public_key", "not_a_jwt", "no_expiry"]
+       "unknown_kid", "alg_none", "hs256_with_the_public_key", "no_expiry", "key_of_another_type",
+       "opaque_unknown", "opaque_for_another_resource"]
 
 
 @pytest.mark.parametrize("case", BAD)
@@ -342,6 +368,14 @@ def test_oauth_config_errors_name_file_and_line(tmp_path: Path, case: str) -> No
     assert line in [int(m) for m in re.findall(re.escape(str(path)) + r":(\d+)", done.stderr)], done.stderr
     for word in words:
         assert word.lower() in done.stderr.lower(), (word, done.stderr)
+
+
+def test_a_missing_introspection_secret_is_named_at_start(tmp_path: Path) -> None:
+    with JwksIssuer() as idp:
+        path = _config(tmp_path, idp, free_port())
+        done = run_gateway_cli("serve", "--config", str(path), "--port", "0", env={SECRET_ENV: ""}, timeout=30)
+    assert done.returncode == 2, done.stderr
+    assert SECRET_ENV in done.stderr and "Traceback" not in done.stderr, done.stderr
 
 
 def test_oauth_counts_as_auth_for_binding_beyond_loopback(tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
 """A tiny authorization server's public side on loopback, for resource-server tests: its OpenID
 discovery document and its JWKS, served over real HTTP by a thread, with keys made here and tokens
 signed here (so tests can make bad ones too). It counts the JWKS fetches; `rotate` replaces the
-keys it serves.
+keys it serves. It also introspects opaque tokens (RFC 7662, `POST /introspect` with HTTP Basic
+client credentials): those put in `opaque` are active, with their claims.
 
     with JwksIssuer() as idp:
         key = idp.add_key("k1")                      # RS256 by default
@@ -17,6 +18,7 @@ import hmac
 import json
 import threading
 import time
+import urllib.parse
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -59,6 +61,9 @@ class JwksIssuer:
         self.keys: list[SigningKey] = []
         self.jwks_fetches = 0
         self.metadata_fetches = 0
+        self.opaque: dict[str, dict[str, Any]] = {}
+        self.introspections = 0
+        self.client = ("dex-gateway", "introspection-secret-3b9")
         self._lock = threading.Lock()
         issuer = self
 
@@ -77,6 +82,23 @@ class JwksIssuer:
                     self.send_error(404)
                     return
                 data = json.dumps(body).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_POST(self) -> None:  # noqa: N802 - the http.server API
+                length = int(self.headers.get("content-length") or 0)
+                form = dict(urllib.parse.parse_qsl(self.rfile.read(length).decode()))
+                expected = "Basic " + base64.b64encode(":".join(issuer.client).encode()).decode()
+                if self.path != "/introspect" or self.headers.get("authorization") != expected:
+                    self.send_error(401 if self.path == "/introspect" else 404)
+                    return
+                with issuer._lock:
+                    issuer.introspections += 1
+                    claims = issuer.opaque.get(form.get("token", ""))
+                data = json.dumps({"active": True, **claims} if claims else {"active": False}).encode()
                 self.send_response(200)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(data)))
