@@ -151,6 +151,10 @@ class BearerAuth:
             except TokenRefused as refused:
                 await self._refuse(scope, send, refused)
                 return
+            except Exception:  # noqa: BLE001 - a check that broke refuses the token; never a 500
+                logger.exception("auth: checking a bearer token failed")
+                await self._refuse(scope, send, TokenRefused("the token could not be checked; try again"))
+                return
             if identity is None:
                 await self._refuse(scope, send, None)
                 return

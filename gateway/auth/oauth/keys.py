@@ -86,8 +86,9 @@ class _KeySet:
                 raise TokenRefused(f"the token names no key (kid) and the issuer has {len(usable)} {alg} keys")
         try:
             ready = jwt.PyJWK(usable[0], algorithm=alg)
-        except jwt.PyJWTError as exc:
-            raise TokenRefused(f"the issuer's key {kid!r} cannot be used: {exc}") from None
+        except (jwt.PyJWTError, ValueError, TypeError, KeyError) as exc:
+            logger.warning("oauth: a key of the issuer cannot be used (kid %r): %s", kid, exc)
+            raise TokenRefused(f"the issuer's key {kid!r} cannot be used") from None
         self.ready[(kid or "", alg)] = ready
         return ready
 
