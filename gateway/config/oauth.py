@@ -130,7 +130,7 @@ class OAuthConfig(_Strict):
     # A fetched JWKS is used this long before it is fetched again.
     jwks_cache_seconds: float = Field(300.0, gt=0)
     # An unknown `kid` refetches the issuer's JWKS at most once per this many seconds.
-    jwks_min_refetch_seconds: float = Field(30.0, ge=0)
+    jwks_min_refetch_seconds: float = Field(30.0, gt=0)
     # How long to wait for an issuer's metadata, JWKS or introspection endpoint.
     fetch_timeout_seconds: float = Field(5.0, gt=0)
     # An introspection answer (active or not) is reused this long for the same token.
