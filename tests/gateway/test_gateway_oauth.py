@@ -303,6 +303,13 @@ def test_unknown_kids_refetch_the_jwks_at_a_bounded_rate_and_rotation_needs_no_r
             assert response.status_code == 401 and "no key" in _challenge(response)["error_description"]
         assert time.monotonic() - started < REFETCH_SECONDS * 4
         assert idp.jwks_fetches <= fetched + 1 + int((time.monotonic() - started) / REFETCH_SECONDS), idp.jwks_fetches
+        # Past the interval, one unknown kid is refused only after the JWKS was fetched again.
+        time.sleep(REFETCH_SECONDS + 0.2)
+        fetched = idp.jwks_fetches
+        response = _post(setup, setup.token("alice", headers={"kid": "published-nowhere"}))
+        assert response.status_code == 401
+        assert "its JWKS was checked" in _challenge(response)["error_description"]
+        assert idp.jwks_fetches == fetched + 1
         # The issuer rotates: k1 is gone, k2 is new. Past the interval, k2's token makes the gateway
         # fetch again; from then on k1's tokens are refused.
         new_key = idp.add_key("k2", "ES256")
