@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 TOOLS_VENV := .venv-tools
 TOOLS_STAMP := $(TOOLS_VENV)/.installed
 
-.PHONY: run demo test test-all fuzz bench conformance install clean chromium typecheck
+.PHONY: run demo test test-all fuzz bench conformance install clean chromium typecheck idp
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -43,15 +43,24 @@ chromium:
 	else (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium) \
 	  || echo "make: apt-get could not install chromium: the browser tests will skip"; fi
 
+# The test identity provider (tests/support/idp: oidc-provider, pinned by its package-lock.json), for
+# the auth tests; installed again when the lock file changes. tests/support/idp.py installs it too
+# when missing; without node/npm those tests skip and say why.
+IDP_DIR := tests/support/idp
+idp:
+	@if ! command -v npm >/dev/null 2>&1; then echo "make: no npm here: the identity provider tests will skip"; \
+	elif [ $(IDP_DIR)/node_modules/.package-lock.json -nt $(IDP_DIR)/package-lock.json ]; then :; \
+	else npm ci --prefix $(IDP_DIR) --no-audit --no-fund --prefer-offline; fi
+
 # Static types of the gateway and the agent host ([tool.mypy] in pyproject.toml); ~6 s.
 typecheck: $(STAMP)
 	$(BIN)/python -m mypy gateway agent_host
 
-test: $(STAMP) $(TOOLS_STAMP) chromium typecheck
+test: $(STAMP) $(TOOLS_STAMP) chromium idp typecheck
 	$(BIN)/python -m pytest
 
 # Everything, including the slow crash loops (tests marked slow).
-test-all: $(STAMP) $(TOOLS_STAMP) chromium
+test-all: $(STAMP) $(TOOLS_STAMP) chromium idp
 	$(BIN)/python -m pytest -m ''
 
 # The long fuzz of the front's request parsing (tests/fuzz, marker fuzz): FUZZ_EXAMPLES cases
@@ -71,4 +80,4 @@ conformance: $(STAMP)
 	bash conformance/run.sh
 
 clean:
-	rm -rf $(VENV) $(TOOLS_VENV) var .pytest_cache .mypy_cache
+	rm -rf $(VENV) $(TOOLS_VENV) var .pytest_cache .mypy_cache $(IDP_DIR)/node_modules

@@ -57,8 +57,9 @@ SCRATCH_LAUNCHER = (
     "import sys; d = sys.argv.pop(1); sys.path.insert(0, d); "
     "sys.meta_path[:] = [f for f in sys.meta_path if not getattr(f, '__module__', '').startswith('__editable__')]; "
     "import gateway; assert gateway.__file__.startswith(d), gateway.__file__; "
-    "import importlib; cli = importlib.import_module('gateway.cli'); "
-    "main = getattr(cli, 'main'); main = getattr(main, 'main', main); "  # gateway/cli/main.py, or an older gateway/cli/main.py
+    "import importlib, importlib.util; "
+    "name = 'gateway.cli.main' if importlib.util.find_spec('gateway.cli.main') else 'gateway.cli'; "
+    "main = importlib.import_module(name).main; "  # gateway/cli/main.py, or an older gateway/cli.py
     "sys.argv[0] = 'dex-gateway'; sys.exit(main())"
 )
 GOAL_THROUGHPUT_RATIO = 1.0

@@ -45,7 +45,8 @@ from typing import Any
 from mcp_types import INVALID_PARAMS, METHOD_NOT_FOUND
 
 __all__ = [
-    "UNAUTHORIZED", "RATE_LIMITED", "DRAINING", "GatewayError", "ConfigError", "TokenRefused", "UpstreamError",
+    "UNAUTHORIZED", "UNAVAILABLE", "RATE_LIMITED", "DRAINING", "GatewayError", "ConfigError", "TokenRefused",
+    "UpstreamError",
     "UpstreamNotSent", "UpstreamInterrupted", "UpstreamAnswerTooLarge", "UpstreamListingRefused",
     "UpstreamRpcError", "StoreError", "MediaError", "InvalidImage", "MediaStoreError", "RequestError",
     "UnknownToolError", "UpstreamRefusedRequest", "RateLimited", "TaskBudgetExceeded", "RelayRefused",
@@ -55,6 +56,7 @@ __all__ = [
 
 # The gateway's own JSON-RPC error codes (the spec's are in mcp_types).
 UNAUTHORIZED = -32000  # no or an unknown credential (HTTP 401)
+UNAVAILABLE = -32000  # the gateway is starting, or its runtime stopped (HTTP 503): nothing was done
 RATE_LIMITED = -32029  # a rate limit or a budget: nothing was sent
 DRAINING = -32030  # the process is draining: nothing was done, send it elsewhere
 

@@ -99,7 +99,7 @@ class SessionApi:
         session_id = request.path_params["session_id"]
         if await self.store.get_session(session_id) is None:
             return SafeJSONResponse({"error": "no such session"}, status_code=404)
-        return session_id
+        return str(session_id)
 
     async def snapshot(self, request: Request) -> JSONResponse:
         found = await self._session_or_404(request)

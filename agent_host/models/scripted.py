@@ -10,6 +10,7 @@ import importlib
 import inspect
 import re
 from collections.abc import Awaitable, Callable
+from typing import cast
 
 from .base import Message, ModelRequest, ModelResponse, TextSink, ToolCall, ToolSpec, Usage
 
@@ -117,4 +118,4 @@ def load_script(spec: str) -> Script:
     script = getattr(importlib.import_module(module_name), attribute)
     if not callable(script):
         raise ValueError(f"scripted model {spec!r} is not callable")
-    return script
+    return cast(Script, script)

@@ -210,7 +210,7 @@ class SqliteSessionStore(SqliteControls, SqliteLedger):
 
     _CALL_FIELDS = frozenset({"status", "result_text", "attempts", "wait_until", "cancel_reason", "images"})
 
-    def update_tool_call(self, record: ToolCallRecord, **fields: Any) -> ToolCallRecord:
+    def update_tool_call(self, record: ToolCallRecord, /, **fields: Any) -> ToolCallRecord:
         unknown = set(fields) - self._CALL_FIELDS
         if unknown:
             raise ValueError(f"not updatable: {sorted(unknown)}")

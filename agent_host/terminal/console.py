@@ -134,7 +134,7 @@ class Console(LoopEvents):
             self.show_plan(_revision(record.result_text), None, record.arguments.get("todos"))
 
     def show_plan(self, revision: int, status: str | None, todos: list[dict[str, object]] | None) -> None:
-        for line in shown_plan(revision, status, todos):  # type: ignore[arg-type]
+        for line in shown_plan(revision, status, todos):
             self.say(f"  {line}")
 
     async def steered(self, turn: TurnRecord, messages: list[str]) -> None:

@@ -91,7 +91,7 @@ async def decide(hook: Hook | None, context: ContinuationContext) -> Decision:
     except Exception as exc:  # noqa: BLE001 - the application's code: any failure fails the turn, told in one line
         raise ContinuationError(f"the turn continuation hook failed: {type(exc).__name__}: {exc}") from exc
     if decision in ("end", "default"):
-        return decision  # type: ignore[return-value]
+        return decision
     if isinstance(decision, ContinueTurn) and isinstance(decision.message, str) and decision.message.strip():
         return decision
     raise ContinuationError(f"the turn continuation hook returned {decision!r:.100}: expected 'end', 'default' or ContinueTurn(message)")

@@ -67,7 +67,7 @@ class History:
         return out
 
     def request(self, turn_id: str, note: str | None, instructions: str, tools: list[ToolSpec], **extra: object) -> ModelRequest:
-        return ModelRequest(instructions=instructions, messages=self.messages(turn_id, note), tools=tools, **extra)  # type: ignore[arg-type]
+        return ModelRequest(instructions=instructions, messages=self.messages(turn_id, note), tools=tools, **extra)
 
 
 async def load_history(store: SessionStore, session_id: str) -> History:

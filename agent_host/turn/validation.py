@@ -12,7 +12,7 @@ def check_arguments(schema: dict[str, Any], arguments: dict[str, Any]) -> str | 
     try:
         jsonschema.validate(arguments, schema)
     except jsonschema.ValidationError as exc:
-        return exc.message
+        return str(exc.message)
     except jsonschema.SchemaError:
         # A schema we cannot read is the gateway's problem to report; let the call decide.
         return None

@@ -1,9 +1,6 @@
 """The front: what clients talk to at `/mcp`, one concept per module.
 
-    HostOriginGuard   hosts.py       421 / 403 for a foreign Host or Origin (DNS rebinding)
-    BearerAuth        auth.py        401/403 without an acceptable token (static or OAuth); the identity into the scope
-    BodyLimit         body_limit.py  413 over server.max_request_bytes
-    RequestGate       requests.py    one well-formed JSON-RPC message per POST, or a clear error
+    (the edge in front of it, gateway/http/edge.py: drain, Host/Origin, auth, the request rules)
     FastPath          fastpath.py    stateless tools/call and tools/list, both eras
     SDK server        handlers.py    everything else (the official SDK's Streamable HTTP);
                       task_methods.py  tasks/* of both eras (the work: gateway/tasks/)
@@ -36,19 +33,15 @@ from ..tasks import Tasks
 from ..telemetry import Telemetry
 from ..telemetry.sdk import trace_sdk_server
 from ..upstreams.upstream import Upstream
-from ..http.auth import Authenticator, BearerAuth
-from ..http.body_limit import BodyLimit
 from .fastpath import FastPath
 from .events import ClientEvents, ListenStreams
 from .handlers import FrontParts, GatewayServer, build_server
 from ..pipeline.rounds import Parking
-from ..http.hosts import HostOriginGuard, HostOriginPolicy
-from .requests import RequestGate
 from .session_manager import GatewaySessionManager
 from .sessions import Sessions
 from .tools import ToolCalls, ToolListing
 
-__all__ = ["Authenticator", "ClientEvents", "Front", "HostOriginPolicy", "Sessions", "build_front"]
+__all__ = ["ClientEvents", "Front", "Sessions", "build_front"]
 
 
 
@@ -64,7 +57,6 @@ class Front:
 
 def build_front(
     config: GatewayConfig,
-    authenticator: Authenticator,
     catalog: Catalog,
     pipeline: CallPipeline,
     upstreams: dict[str, Upstream],
@@ -108,12 +100,8 @@ def build_front(
     endpoint: ASGIApp = StreamableHTTPASGIApp(manager)
     if server_cfg.fast_tool_calls and not server_cfg.json_response:
         endpoint = FastPath(
-            endpoint, tool_calls, listing, catalog, server_cfg.max_request_bytes, handshake_era=not server_cfg.stateful,
+            endpoint, tool_calls, listing, catalog, handshake_era=not server_cfg.stateful,
             tracer=tracer,
         )
-    app: ASGIApp = RequestGate(endpoint, max_body=server_cfg.max_request_bytes, json_only=server_cfg.json_response)
-    app = BodyLimit(app, server_cfg.max_request_bytes)
-    app = BearerAuth(app, authenticator, on_identity=scope.bind)
-    app = HostOriginGuard(app, HostOriginPolicy(server_cfg))
-    return Front(app=app, server=server, manager=manager, listen=listen)
+    return Front(app=endpoint, server=server, manager=manager, listen=listen)
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from starlette.types import Message, Receive, Scope, Send
 
-__all__ = ["header", "read_body", "refuse", "replay_body"]
+__all__ = ["Refusal", "header", "read_body", "refuse", "replay_body"]
 
 _JSON = b"application/json"
 
@@ -60,3 +61,16 @@ async def refuse(
     headers = [(b"content-type", _JSON), (b"content-length", str(len(body)).encode()), *extra_headers]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """An edge rule's answer instead of the request: an HTTP status and a JSON-RPC error body."""
+
+    status: int
+    code: int
+    message: str
+    headers: Sequence[tuple[bytes, bytes]] = ()
+
+    async def send(self, send: Send) -> None:
+        await refuse(send, self.status, self.code, self.message, self.headers)

@@ -1,5 +1,5 @@
-"""Host and Origin checks (DNS-rebinding protection), as ASGI middleware in front of /mcp
-and the admin API.
+"""Host and Origin checks (DNS-rebinding protection): a rule of `/mcp`'s edge (http/edge.py), and
+ASGI middleware in front of the admin API, /media and /metrics.
 
 A browser tricked into calling the gateway (DNS rebinding, a hostile page) cannot fake these
 headers: a Host the gateway does not answer to gets 421, a foreign Origin gets 403, both with a
@@ -15,7 +15,7 @@ from mcp_types import INVALID_REQUEST
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..config.model import ServerConfig, is_loopback_host
-from .asgi import header, refuse
+from .asgi import Refusal, header
 
 __all__ = ["HostOriginGuard", "HostOriginPolicy"]
 
@@ -56,6 +56,20 @@ class HostOriginPolicy:
         # other loopback origin (a dev server on :3000) is another program's page.
         return parts.hostname in ("127.0.0.1", "localhost", "::1") and port == self._port
 
+    def refusal(self, scope: Scope) -> Refusal | None:
+        """421 for a Host the gateway does not answer to, 403 for a foreign Origin, else None."""
+        host = header(scope, b"host")
+        if not self.host_ok(host.decode("latin-1") if host is not None else None):
+            return _BAD_HOST
+        origin = header(scope, b"origin")
+        if not self.origin_ok(origin.decode("latin-1") if origin is not None else None):
+            return _BAD_ORIGIN
+        return None
+
+
+_BAD_HOST = Refusal(421, INVALID_REQUEST, "Invalid Host header: this gateway only answers its configured host names")
+_BAD_ORIGIN = Refusal(403, INVALID_REQUEST, "Invalid Origin header: cross-origin requests are not allowed")
+
 
 def _strip_port(host: str) -> str:
     if host.startswith("["):
@@ -71,13 +85,7 @@ class HostOriginGuard:
         self._policy = policy
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            host = header(scope, b"host")
-            if not self._policy.host_ok(host.decode("latin-1") if host is not None else None):
-                await refuse(send, 421, INVALID_REQUEST, "Invalid Host header: this gateway only answers its configured host names")
-                return
-            origin = header(scope, b"origin")
-            if not self._policy.origin_ok(origin.decode("latin-1") if origin is not None else None):
-                await refuse(send, 403, INVALID_REQUEST, "Invalid Origin header: cross-origin requests are not allowed")
-                return
+        if scope["type"] == "http" and (refusal := self._policy.refusal(scope)) is not None:
+            await refusal.send(send)
+            return
         await self._app(scope, receive, send)

@@ -16,8 +16,9 @@ __all__ = ["IdleStreams"]
 
 
 class IdleStreams:
-    def __init__(self, app: ASGIApp, idle_seconds: float) -> None:
-        self._app = app
+    """The open GET streams of `/mcp` (http/edge.py serves each GET through `serve`)."""
+
+    def __init__(self, idle_seconds: float) -> None:
         self._idle = idle_seconds
         self._open: set[anyio.CancelScope] = set()
 
@@ -25,10 +26,8 @@ class IdleStreams:
         for scope in list(self._open):
             scope.cancel()
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "GET":
-            await self._app(scope, receive, send)
-            return
+    async def serve(self, app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
+        """`app`'s answer to a GET, ended once it carries nothing for `idle_seconds` (or at drain)."""
         idle = self._idle
         started = completed = False
 
@@ -45,7 +44,7 @@ class IdleStreams:
 
             self._open.add(stream)
             try:
-                await self._app(scope, receive, tracking)
+                await app(scope, receive, tracking)
             finally:
                 self._open.discard(stream)
         if started and not completed:

@@ -113,23 +113,23 @@ class CallPipeline:
         """The task stage (gateway/tasks/), made after the pipeline its tasks run their calls with."""
         self._tasks = stage
 
-    async def call(self, call: ToolCall) -> CallResult:
+    async def call(self, call: ToolCall, *, parked: ToolRoute | None = None) -> CallResult:
         """What the front writes for one call. Raises UnknownToolError for a name the principal
-        cannot reach, RequestError for a request the gateway refuses (RateLimited, ...)."""
-        route = await self._route(call)
-        parking = self._parking
-        if parking is not None and call.relay is not None and parking.takes(
-            call.era, call.relay, call.rounds, upstream_may_ask=self._upstream_may_ask(route, call)
-        ):
-            async def work(relay: CallRelay) -> CallResult:
-                return await self._staged(route, replace(call, relay=relay))
+        cannot reach, RequestError for a request the gateway refuses (RateLimited, ...).
+        `parked`: the call's route, when parking (gateway/pipeline/rounds.py) runs it."""
+        route = parked
+        if route is None:
+            route = await self._route(call)
+            parking = self._parking
+            if parking is not None and call.relay is not None and parking.takes(
+                call.era, call.relay, call.rounds, upstream_may_ask=self._upstream_may_ask(route, call)
+            ):
+                async def work(relay: CallRelay) -> CallResult:
+                    return await self.call(replace(call, relay=relay), parked=route)
 
-            parked = await parking.round(call.principal, call.name, call.relay, call.rounds, work)
-            return InputRound(parked) if isinstance(parked, dict) else parked
-        return await self._staged(route, call)
-
-    async def _staged(self, route: ToolRoute, call: ToolCall) -> CallResult:
-        """The task stage, the tail, and the round rule."""
+                result = await parking.round(call.principal, call.name, call.relay, call.rounds, work)
+                return InputRound(result) if isinstance(result, dict) else result
+        # The task stage, the tail, and the round rule.
         started = await self._tasks.start(route, call) if self._tasks is not None else None
         if isinstance(started, TaskCreated):
             return started
@@ -152,12 +152,19 @@ class CallPipeline:
         return upstream is not None and Era.of(upstream.protocol_version) is Era.HANDSHAKE
 
     async def tail(self, route: ToolRoute, call: ToolCall, *, admitted: bool = False) -> Answer:
-        """The answer of a routed call (the pipeline's tail). `admitted`: the rate limit was already
-        applied (a task's call: gateway/tasks/creation.py)."""
+        """The answer of a routed call (the pipeline's tail): a read is sent, a write without a key
+        refused (or passed), a keyed write fenced. `admitted`: the rate limit was already applied
+        (a task's call: gateway/tasks/creation.py)."""
         if not admitted:
-            await self.admit(call.principal, route)
+            await self._limits.admit(call.principal, route.upstream)
         with self._telemetry.call(route) as seen:
-            seen.answer = answer = await self._answer(route, call)
+            key = call.idempotency_key
+            if key is not None and route.effect is not Effect.READ:
+                answer = await self._fenced(route, call, key)
+            else:
+                refused = self.refusal(route, call) if key is None else None
+                answer = refused or (await self._dispatch(route, call, fence_id=None, takeover=False)).answer
+            seen.answer = answer
         return answer
 
     async def admit(self, principal: str, route: ToolRoute) -> None:
@@ -177,15 +184,6 @@ class CallPipeline:
         if route is None or not self._scope.may_use_tool(call.principal, route.name, route.upstream):
             raise UnknownToolError(call.name)
         return route
-
-    async def _answer(self, route: ToolRoute, call: ToolCall) -> Answer:
-        key = call.idempotency_key
-        if route.effect is Effect.READ:
-            return (await self._dispatch(route, call, fence_id=None, takeover=False)).answer
-        if key is None:
-            refused = self.refusal(route, call)
-            return refused or (await self._dispatch(route, call, fence_id=None, takeover=False)).answer
-        return await self._fenced(route, call, key)
 
     async def tail_settled(self, call: ToolCall, *, fence_id: str | None, route: ToolRoute | None = None) -> Answer:
         """A call whose fence is already settled (a task holds it: gateway/tasks/): the tail without
@@ -246,38 +244,38 @@ class CallPipeline:
         return answer
 
     async def _dispatch(self, route: ToolRoute, call: ToolCall, *, fence_id: str | None, takeover: bool) -> Dispatched:
-        dispatched = await self._send(route, call, fence_id=fence_id, takeover=takeover)
+        """Send the call (attempts as the outcome rules allow), then its images and size limit."""
+        if route.connector is not None:
+            dispatched = await route.connector.dispatch(
+                call.arguments, idempotency_key=call.idempotency_key, fence_id=fence_id, takeover=takeover
+            )
+        elif (upstream := self._upstreams.get(route.upstream or "")) is None:
+            return Dispatched(_never_sent(route, f"upstream {route.upstream!r} is not configured"), sent=False)
+        else:
+            params: dict[str, Any] = {"name": route.target, "arguments": call.arguments, **call.rounds}
+            forwarded = forwardable_meta(call.meta)
+            if route.scope_forwarded_keys and call.idempotency_key and call.principal != ANONYMOUS:
+                forwarded[IDEMPOTENCY_KEY] = scoped_key(call.principal, call.idempotency_key)
+            if forwarded:
+                params["_meta"] = forwarded
+            request = self._upstream_tasks.for_call(upstream, route, call) if self._upstream_tasks else None
+            sent = False
+            attempt = 1
+            while True:
+                with self._telemetry.attempt(route, attempt) as seen:
+                    seen.event = event = await _attempt(upstream, route.name, params, call.relay, request,
+                                                        self._max_result_bytes)
+                sent = sent or not isinstance(event, NotSent)
+                verdict = resolve_attempt(route.name, route.effect, attempt, event, max_attempts=route.max_attempts)
+                if not isinstance(verdict, SendAgain):
+                    dispatched = Dispatched(verdict, sent)
+                    break
+                logger.info("tool %s: attempt %d interrupted (%s); sending again", route.name, attempt, verdict.reason)
+                await anyio.sleep(resend_delay(upstream.config, attempt))
+                attempt += 1
         answer = await self._media.apply(route.name, call.principal, dispatched.answer)
         limited = over_result_limit(route.name, answer, self._max_result_bytes)
         return Dispatched(limited or answer, dispatched.sent)
-
-    async def _send(self, route: ToolRoute, call: ToolCall, *, fence_id: str | None, takeover: bool) -> Dispatched:
-        if route.connector is not None:
-            return await route.connector.dispatch(
-                call.arguments, idempotency_key=call.idempotency_key, fence_id=fence_id, takeover=takeover
-            )
-        upstream = self._upstreams.get(route.upstream or "")
-        if upstream is None:
-            return Dispatched(_never_sent(route, f"upstream {route.upstream!r} is not configured"), sent=False)
-        params: dict[str, Any] = {"name": route.target, "arguments": call.arguments, **call.rounds}
-        forwarded = forwardable_meta(call.meta)
-        if route.scope_forwarded_keys and call.idempotency_key and call.principal != ANONYMOUS:
-            forwarded[IDEMPOTENCY_KEY] = scoped_key(call.principal, call.idempotency_key)
-        if forwarded:
-            params["_meta"] = forwarded
-        request = self._upstream_tasks.for_call(upstream, route, call) if self._upstream_tasks else None
-        sent = False
-        attempt = 1
-        while True:
-            event = await self._telemetry.attempt(
-                route, attempt, _attempt(upstream, route.name, params, call.relay, request, self._max_result_bytes))
-            sent = sent or not isinstance(event, NotSent)
-            verdict = resolve_attempt(route.name, route.effect, attempt, event, max_attempts=route.max_attempts)
-            if not isinstance(verdict, SendAgain):
-                return Dispatched(verdict, sent)
-            logger.info("tool %s: attempt %d interrupted (%s); sending again", route.name, attempt, verdict.reason)
-            await anyio.sleep(resend_delay(upstream.config, attempt))
-            attempt += 1
 
 
 async def _attempt(

@@ -174,21 +174,48 @@ class CallTelemetry:
             span.set_attribute(FENCE, state)
             span.set_attribute(REPLAYED, state == "replayed")
 
-    async def attempt(self, route: "ToolRoute", attempt: int, sending: Awaitable["AttemptEvent"]) -> "AttemptEvent":
-        """Await one upstream attempt (`sending`) inside its CLIENT span; count its result."""
-        if self.tracer is None:
-            event = await sending
-        else:
-            with attempt_span(route.name, route.target, route.upstream or "", attempt) as span:
-                event = await sending
-                result = _EVENT_RESULTS.get(type(event), "other")
+    def attempt(self, route: "ToolRoute", attempt: int) -> "_AttemptScope":
+        """One upstream attempt: enter before sending, set `event`, exit once it is known (its
+        CLIENT span, its count)."""
+        return _AttemptScope(self, route, attempt)
+
+
+class _AttemptScope:
+    """One attempt of a call: its CLIENT span (traces on) and the attempts counter."""
+
+    __slots__ = ("_owner", "_route", "_attempt", "_span_cm", "_span", "event")
+
+    def __init__(self, owner: CallTelemetry, route: "ToolRoute", attempt: int) -> None:
+        self._owner = owner
+        self._route = route
+        self._attempt = attempt
+        self._span_cm: Any = None
+        self._span: Span | None = None
+        self.event: "AttemptEvent | None" = None
+
+    def __enter__(self) -> "_AttemptScope":
+        if self._owner.tracer is not None:
+            route = self._route
+            self._span_cm = attempt_span(route.name, route.target, route.upstream or "", self._attempt)
+            self._span = self._span_cm.__enter__()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> Literal[False]:
+        event, owner = self.event, self._owner
+        result = _EVENT_RESULTS.get(type(event), "other")
+        span = self._span
+        if span is not None:
+            if event is not None:
                 span.set_attribute(ATTEMPT_RESULT, result)
                 if result != "replied":
                     mark_failed(span, result)
-            _current_span().set_attribute(ATTEMPTS, attempt)  # the call's span: attempts so far
-        if self.metrics is not None:
-            self.child(self.metrics.attempts, source_of(route), _EVENT_RESULTS.get(type(event), "other")).inc()
-        return event
+            self._span_cm.__exit__(exc_type, exc, tb)
+            _current_span().set_attribute(ATTEMPTS, self._attempt)  # the call's span: attempts so far
+        if event is not None and owner.metrics is not None:
+            owner.child(owner.metrics.attempts, source_of(self._route), result).inc()
+        return False
 
 
 def _current_span() -> Span:

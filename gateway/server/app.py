@@ -33,16 +33,17 @@ from ..connectors.admin_api import admin_routes
 from ..connectors.bindings.policy import BindingPolicy
 from ..storage.database import Database, opened
 from .drain import Drain
+from ..errors import UNAVAILABLE
 from ..fences import Fences, FenceStore, Owner, open_fence_store
-from ..front import Authenticator, ClientEvents, Sessions, build_front
-from ..http.auth import BearerAuth
+from ..front import ClientEvents, Sessions, build_front
+from ..http.asgi import Refusal
+from ..http.auth import Authenticator, BearerAuth
 from ..front.events import ListenStreams
 from ..http.hosts import HostOriginGuard, HostOriginPolicy
 from ..http.resource_metadata import protected_resource_routes
 from ..media.runtime import Media, open_media
 from ..media.serving import MediaEndpoint
 from .operations import Operations
-from ..auth.scope import PrincipalScope
 from ..pipeline.limits import upstream_answer_cap
 from ..pipeline.subscriptions import ResourceWatch
 from ..protocol import SERVER_INFO, JsonObject
@@ -153,14 +154,12 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
                         await upstream.aclose()
                 tg.cancel_scope.cancel()
 
-    async def mcp_endpoint(scope: Scope, receive: Receive, send: Send) -> None:
+    def front() -> ASGIApp | Refusal:
+        """The running front, or why there is none (503: nothing was done)."""
         runtime = holder.runtime
-        if runtime is None:
-            message = "gateway is starting" if holder.failed is None else "the gateway stopped serving; nothing was done"
-            response = JSONResponse({"jsonrpc": "2.0", "id": None, "error": {"code": -32000, "message": message}}, status_code=503)
-            await response(scope, receive, send)
-            return
-        await runtime.mcp_app(scope, receive, send)
+        if runtime is not None:
+            return runtime.mcp_app
+        return _STARTING if holder.failed is None else _STOPPED
 
     async def healthz(request: Request) -> JSONResponse:
         # Liveness: 503 once the runtime stopped under a running server (restart the process).
@@ -195,12 +194,16 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
     routes.extend(protected_resource_routes(config))  # RFC 9728, with auth.oauth
     routes.extend(admin_routes(connectors, _admin_check(authenticator)))
     routes.extend(ops.routes(authenticator))
-    app = _GatewayApp(config.server.path, ops.wrap_mcp(mcp_endpoint), routes=routes, lifespan=lifespan)
+    app = _GatewayApp(config.server.path, ops.edge(front, authenticator), routes=routes, lifespan=lifespan)
     app.guard_admin(HostOriginPolicy(config.server))
     # /media: the same Host/Origin guard and bearer auth as /mcp (gateway/media/serving.py).
     media_endpoint = MediaEndpoint(lambda: holder.runtime.media.reader if holder.runtime is not None else None)
     app.serve_media(HostOriginGuard(BearerAuth(media_endpoint, authenticator), HostOriginPolicy(config.server)))
     return app
+
+
+_STARTING = Refusal(503, UNAVAILABLE, "gateway is starting")
+_STOPPED = Refusal(503, UNAVAILABLE, "the gateway stopped serving; nothing was done")
 
 
 def _may_see_detail(authenticator: Authenticator, request: Request) -> bool:
@@ -303,7 +306,7 @@ async def _build_runtime(
     events.sessions.on_release(watch.release, spawn=lambda fn: spawn("subscription release", fn))
     for upstream in upstreams.values():
         upstream.resource_listeners.append(lambda uri: spawn("resource notifier", partial(events.resource_updated, uri)))
-    scope = PrincipalScope(config.auth)
+    scope = authenticator.scope  # OAuth principals' scope is bound from their claims as they authenticate
     parking = Parking(tg)
     pipeline = CallPipeline(
         catalog, upstreams, fences, scope, max_result_bytes=config.server.max_result_bytes, media=media.stage,
@@ -314,7 +317,7 @@ async def _build_runtime(
                         upstreams=upstreams, server_info=SERVER_INFO, supervisor=supervisor)
     if tasks is not None:
         pipeline.add_task_stage(tasks)
-    front = build_front(config, authenticator, catalog, pipeline, upstreams, scope, events, watch, media.reader, tasks,
+    front = build_front(config, catalog, pipeline, upstreams, scope, events, watch, media.reader, tasks,
                         telemetry=ops.telemetry, parking=parking)
     ops.drain.watch_streams(front.listen)
 

@@ -1,7 +1,7 @@
 """Graceful drain: what SIGTERM does (gateway/server/serve.py sends it here).
 
     drain = Drain()                       # one per process, made before the app
-    app = create_app(config, drain=drain) # /readyz reads it; the front is wrapped in DrainGate
+    app = create_app(config, drain=drain) # /readyz reads it; /mcp's edge asks it (http/edge.py)
     drain.start()                         # on SIGTERM
     await drain.wait_idle(deadline)       # in-flight requests finished, or the deadline passed
 
@@ -18,16 +18,19 @@ import logging
 from typing import Protocol
 
 import anyio
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..errors import DRAINING
-from ..http.asgi import refuse
+from ..http.asgi import Refusal
 
-__all__ = ["Drain", "DrainGate"]
+__all__ = ["Drain"]
 
 logger = logging.getLogger(__name__)
 
 # An implementation-defined JSON-RPC server error: "not here, not now; nothing was done".
+_DRAINING = Refusal(
+    503, DRAINING, "the gateway is shutting down; the request was not processed: send it again",
+    ((b"connection", b"close"), (b"retry-after", b"1")),
+)
 
 
 class Streams(Protocol):
@@ -64,35 +67,15 @@ class Drain:
             return True
         return False
 
-    def entered(self) -> None:
+    def admit(self) -> Refusal | None:
+        """A request comes in (`/mcp`'s edge asks, http/edge.py): None, and it counts as in flight
+        until `left()`; while draining, the 503 to answer instead (nothing was done)."""
+        if self.draining:
+            return _DRAINING
         self.in_flight += 1
+        return None
 
     def left(self) -> None:
         self.in_flight -= 1
         if not self.in_flight and self._idle is not None:
             self._idle.set()
-
-
-class DrainGate:
-    """Counts the requests in flight; refuses new ones while draining."""
-
-    def __init__(self, app: ASGIApp, drain: Drain) -> None:
-        self._app = app
-        self._drain = drain
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self._app(scope, receive, send)
-            return
-        drain = self._drain
-        if drain.draining:
-            await refuse(
-                send, 503, DRAINING, "the gateway is shutting down; the request was not processed: send it again",
-                extra_headers=[(b"connection", b"close"), (b"retry-after", b"1")],
-            )
-            return
-        drain.entered()
-        try:
-            await self._app(scope, receive, send)
-        finally:
-            drain.left()

@@ -2,7 +2,7 @@
 holds: telemetry (spans, metrics), rate limits, the drain, and the limits on open GET streams.
 
     ops = Operations.from_config(config, drain=drain)     # in create_app
-    mcp = ops.wrap_mcp(mcp_endpoint)                       # DrainGate(IdleStreams(...))
+    mcp = ops.edge(front, authenticator)                   # /mcp's edge (http/edge.py)
     routes += ops.routes(authenticator)                    # /metrics
     async with ops.running(): ...                          # in the lifespan
 """
@@ -19,7 +19,10 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp
 
 from ..config.model import GatewayConfig
-from .drain import Drain, DrainGate
+from .drain import Drain
+from ..http.asgi import Refusal
+from ..http.edge import Edge
+from ..http.requests import RequestRules
 from ..http.auth import Authenticator
 from ..http.hosts import HostOriginPolicy
 from ..http.streams import IdleStreams
@@ -48,11 +51,15 @@ class Operations:
         telemetry = telemetry or Telemetry.from_config(config.telemetry, instance_id=instance_id)
         return cls(config, telemetry, RateLimits.from_config(config, telemetry.metrics), drain or Drain())
 
-    def wrap_mcp(self, endpoint: ASGIApp) -> ASGIApp:
-        """The `/mcp` endpoint with idle GET streams ended and the drain's gate in front."""
-        streams = IdleStreams(endpoint, self.config.server.stream_idle_seconds)
+    def edge(self, front: Callable[[], ASGIApp | Refusal], authenticator: Authenticator) -> Edge:
+        """`/mcp`: the drain's gate, Host/Origin, auth, the request rules and idle GET streams
+        (http/edge.py) in front of the running front."""
+        server = self.config.server
+        streams = IdleStreams(server.stream_idle_seconds)
         self.drain.watch_streams(streams)
-        return DrainGate(streams, self.drain)
+        return Edge(front, gate=self.drain, hosts=HostOriginPolicy(server), auth=authenticator,
+                    requests=RequestRules(max_body=server.max_request_bytes, json_only=server.json_response),
+                    streams=streams)
 
     def routes(self, authenticator: Authenticator) -> list[BaseRoute]:
         if self.telemetry.metrics is None:

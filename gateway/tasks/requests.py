@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..pipeline.stages import Request, ToolCall
+from ..protocol import Era
 from ..pipeline.catalog import ToolRoute
 from ..upstreams.upstream import Upstream
 from .upstream import UpstreamTaskCall
@@ -32,5 +33,9 @@ class TaskRequests:
         self._refuse_plain = refuse_plain
 
     def for_call(self, upstream: Upstream, route: ToolRoute, call: ToolCall) -> Request | None:
+        """The request that sends `call` (None: a plain request on the upstream)."""
+        version = upstream.protocol_version  # None before its first connection: decided when connected
+        if call.sink is None and route.task_support != "required" and version is not None and Era.of(version) is Era.HANDSHAKE:
+            return None  # a handshake-era upstream's plain call: decided without connecting
         return UpstreamTaskCall(upstream, route.name, route.effect, route.task_support, call.sink,
                                 self._default_ttl_ms, self._clock, self._refuse_plain).request

@@ -1,9 +1,11 @@
-"""The request gate: every POST to /mcp is one well-formed JSON-RPC message, or a clear error.
+"""The request rules: every POST to /mcp is one well-formed JSON-RPC message, or a clear error.
 
-Checked once, before either entry sees the request, so the fast path and the SDK get only
+Checked once at the edge (http/edge.py), before either entry sees the request, so the fast path and the SDK get only
 messages they can answer, and a client always gets a JSON-RPC error body that says what is
 wrong (never a 500, never a silent 202):
 
+* Size: a declared `Content-Length` over `server.max_request_bytes` (or not a number) is 413 at
+  once; a chunked body, which declares no size, is read up to the limit, then 413.
 * HTTP method: POST, GET and DELETE (sessions) only; others 405 with `Allow`.
 * `Content-Type: application/json` (parameters such as `charset=utf-8` allowed), else 415;
   `Accept` must take the answer (JSON, plus SSE unless the front answers JSON only), else 406.
@@ -18,8 +20,8 @@ wrong (never a 500, never a silent 202):
 * GET and DELETE belong to handshake-era sessions; with a protocol version of another era
   they get 405 with a JSON-RPC body (the SDK would answer a bare 405).
 
-The parsed message is left in the ASGI scope (`PARSED_MESSAGE`) so the fast path does not
-parse it again.
+The parsed message is left in the ASGI scope (`PARSED_MESSAGE`) so the fast path does not parse
+it again; the body is read once, here, and replayed to the SDK when the SDK answers.
 """
 
 from __future__ import annotations
@@ -33,11 +35,11 @@ from mcp.server.streamable_http import check_accept_headers
 from mcp_types import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.requests import Request
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Receive, Scope
 
-from ..http.asgi import header, read_body, refuse, replay_body
+from .asgi import Refusal, header, read_body
 
-__all__ = ["PARSED_MESSAGE", "RequestGate"]
+__all__ = ["PARSED_MESSAGE", "RequestRules"]
 
 PARSED_MESSAGE = "dex.message"
 _METHODS = frozenset({"POST", "GET", "DELETE"})
@@ -47,50 +49,49 @@ _ALLOW = b"GET, POST, DELETE"
 _BIG_EXPONENT = re.compile(rb"[0-9][eE][+-]?[0-9]{3}")
 
 
-class RequestGate:
-    def __init__(self, app: ASGIApp, *, max_body: int, json_only: bool) -> None:
-        self._app = app
+class RequestRules:
+    """The rules above, checked by `/mcp`'s edge (http/edge.py) once it knows who calls."""
+
+    def __init__(self, *, max_body: int, json_only: bool) -> None:
         self._max_body = max_body
         self._json_only = json_only
+        self._too_large = Refusal(413, INVALID_REQUEST, f"Request body too large: the limit is {max_body} bytes")
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self._app(scope, receive, send)
-            return
+    async def admit(self, scope: Scope, receive: Receive) -> Refusal | bytes | None:
+        """A POST's body (its message parsed into `scope[PARSED_MESSAGE]`); None for a GET or a
+        DELETE that may go on (it has no body to read); or the refusal to answer instead."""
+        length = header(scope, b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > self._max_body):
+            return self._too_large
         method = scope["method"]
         if method not in _METHODS:
-            await refuse(send, 405, INVALID_REQUEST, f"Method Not Allowed: /mcp answers POST, GET and DELETE, not {method}",
-                         [(b"allow", _ALLOW)])
-            return
+            return Refusal(405, INVALID_REQUEST, f"Method Not Allowed: /mcp answers POST, GET and DELETE, not {method}",
+                           ((b"allow", _ALLOW),))
         if method != "POST":
             version = header(scope, b"mcp-protocol-version")
             if version is not None and version.decode("latin-1") not in HANDSHAKE_PROTOCOL_VERSIONS:
-                await refuse(send, 405, INVALID_REQUEST,
-                             f"Method Not Allowed: {method} serves handshake-era sessions only; "
-                             f"protocol {version.decode('latin-1')!r} sends every request as a POST",
-                             [(b"allow", b"POST")])
-                return
-            await self._app(scope, receive, send)
-            return
+                return Refusal(405, INVALID_REQUEST,
+                               f"Method Not Allowed: {method} serves handshake-era sessions only; "
+                               f"protocol {version.decode('latin-1')!r} sends every request as a POST",
+                               ((b"allow", b"POST"),))
+            return None
         if not _is_json(header(scope, b"content-type")):
-            await refuse(send, 415, INVALID_REQUEST, "Unsupported Media Type: Content-Type must be application/json")
-            return
+            return _UNSUPPORTED_TYPE
         has_json, has_sse = check_accept_headers(Request(scope))
         if not has_json or not (has_sse or self._json_only):
             wanted = "application/json" if self._json_only else "both application/json and text/event-stream"
-            await refuse(send, 406, INVALID_REQUEST, f"Not Acceptable: the Accept header must include {wanted}")
-            return
+            return Refusal(406, INVALID_REQUEST, f"Not Acceptable: the Accept header must include {wanted}")
         body = await read_body(receive, self._max_body)
         if body is None:
-            await refuse(send, 413, INVALID_REQUEST, f"Request body too large: the limit is {self._max_body} bytes")
-            return
+            return self._too_large
         try:
-            message = _parse(body)
+            scope[PARSED_MESSAGE] = _parse(body)
         except _Refused as exc:
-            await refuse(send, 400, exc.code, exc.message)
-            return
-        scope[PARSED_MESSAGE] = message
-        await self._app(scope, replay_body(body, receive), send)
+            return Refusal(400, exc.code, exc.message)
+        return body
+
+
+_UNSUPPORTED_TYPE = Refusal(415, INVALID_REQUEST, "Unsupported Media Type: Content-Type must be application/json")
 
 
 class _Refused(Exception):
