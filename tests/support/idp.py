@@ -266,7 +266,7 @@ class Idp:
     resources: dict[str, dict[str, Any]] = field(default_factory=dict)  # url -> {scope, format, ttl, alg}
     signing_alg: Literal["RS256", "ES256"] = "RS256"
     exchange_subject_audiences: dict[str, list[str]] = field(default_factory=dict)
-    ready_timeout: float = 20.0
+    ready_timeout: float = 60.0
     issuer: str = ""
     log: list[str] = field(default_factory=list, repr=False)  # the provider's stderr
     _registered: dict[str, IdpClient] = field(default_factory=dict, repr=False)  # by dynamic registration
