@@ -40,6 +40,7 @@ from ..http.asgi import Refusal
 from ..http.auth import Authenticator, BearerAuth
 from ..front.events import ListenStreams
 from ..http.hosts import HostOriginGuard, HostOriginPolicy
+from ..http.resource_metadata import protected_resource_routes
 from ..media.runtime import Media, open_media
 from ..media.serving import MediaEndpoint
 from .operations import Operations
@@ -191,6 +192,7 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
     ]
+    routes.extend(protected_resource_routes(config))  # RFC 9728, with auth.oauth
     routes.extend(admin_routes(connectors, _admin_check(authenticator)))
     routes.extend(ops.routes(authenticator))
     app = _GatewayApp(config.server.path, ops.edge(front, authenticator), routes=routes, lifespan=lifespan)
