@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import shutil
 import subprocess
@@ -145,11 +146,14 @@ def _ts_client_node() -> str:
     node, npm = shutil.which("node"), shutil.which("npm")
     if node is None or npm is None:
         pytest.skip("node and npm are needed to run the TypeScript SDK client")
-    if not (TS_CLIENT / "node_modules" / "@modelcontextprotocol" / "sdk" / "package.json").exists():
-        done = subprocess.run([npm, "ci", "--prefix", str(TS_CLIENT), "--no-audit", "--no-fund", "--prefer-offline"],
-                              capture_output=True, text=True, timeout=600)
-        if done.returncode != 0:
-            pytest.fail(f"npm ci in {TS_CLIENT} failed: {done.stderr[-2000:]}")
+    installed = TS_CLIENT / "node_modules" / "@modelcontextprotocol" / "sdk" / "package.json"
+    with open(TS_CLIENT / ".npm-install.lock", "w") as lock:  # two test processes: one installs (`make idp` too)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not installed.exists():
+            done = subprocess.run([npm, "ci", "--prefix", str(TS_CLIENT), "--no-audit", "--no-fund", "--prefer-offline"],
+                                  capture_output=True, text=True, timeout=600)
+            if done.returncode != 0 or not installed.exists():
+                pytest.fail(f"npm ci in {TS_CLIENT} failed: {done.stderr[-2000:]}")
     return node
 
 
