@@ -45,7 +45,8 @@ from typing import Any
 from mcp_types import INVALID_PARAMS, METHOD_NOT_FOUND
 
 __all__ = [
-    "UNAUTHORIZED", "UNAVAILABLE", "RATE_LIMITED", "DRAINING", "GatewayError", "ConfigError", "TokenRefused", "UpstreamError",
+    "UNAUTHORIZED", "UNAVAILABLE", "RATE_LIMITED", "DRAINING", "GatewayError", "ConfigError", "TokenRefused",
+    "UpstreamError",
     "UpstreamNotSent", "UpstreamInterrupted", "UpstreamAnswerTooLarge", "UpstreamListingRefused",
     "UpstreamRpcError", "StoreError", "MediaError", "InvalidImage", "MediaStoreError", "RequestError",
     "UnknownToolError", "UpstreamRefusedRequest", "RateLimited", "TaskBudgetExceeded", "RelayRefused",

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp
 
 from ..pipeline.calls import CallPipeline
 from ..pipeline.catalog import Catalog
@@ -27,7 +27,6 @@ from ..config.model import GatewayConfig
 from ..media.serving import MediaReader
 from ..pipeline.passthrough import Passthrough
 from ..protocol import SERVER_INFO
-from ..auth.principals import IDENTITY_SCOPE_KEY, Identity
 from ..auth.scope import PrincipalScope
 from ..pipeline.subscriptions import ResourceWatch
 from ..tasks import Tasks
@@ -104,20 +103,5 @@ def build_front(
             endpoint, tool_calls, listing, catalog, handshake_era=not server_cfg.stateful,
             tracer=tracer,
         )
-    if config.auth.oauth is not None:
-        endpoint = _binding_identity(endpoint, scope)
     return Front(app=endpoint, server=server, manager=manager, listen=listen)
-
-
-def _binding_identity(app: ASGIApp, principals: PrincipalScope) -> ASGIApp:
-    """With `auth.oauth`: every accepted identity (put in the request by the edge's auth) binds
-    its claims' grants in the principal scope before the request is served."""
-
-    async def bound(scope: Scope, receive: Receive, send: Send) -> None:
-        identity = scope.get(IDENTITY_SCOPE_KEY)
-        if isinstance(identity, Identity):
-            principals.bind(identity)
-        await app(scope, receive, send)
-
-    return bound
 

@@ -32,6 +32,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ..auth.oauth import OAuthVerifier
 from ..config.model import AuthConfig, TokenConfig
 from ..auth.principals import ANONYMOUS_IDENTITY, IDENTITY_SCOPE_KEY, PRINCIPAL_SCOPE_KEY, Identity
+from ..auth.scope import PrincipalScope
 from ..errors import UNAUTHORIZED, TokenRefused
 from .asgi import Refusal, header
 
@@ -54,6 +55,9 @@ class Authenticator:
     environ: Mapping[str, str] | None = field(default=None, repr=False)
     _users: dict[str, AuthenticatedUser] = field(init=False, repr=False, compare=False)
     verifier: OAuthVerifier | None = field(init=False, repr=False, compare=False)
+    # What each principal may reach (the pipeline checks it; `admit` binds OAuth principals' claims).
+    scope: PrincipalScope = field(init=False, repr=False, compare=False)
+    resource_metadata_url: str | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         users = {t.principal: _user(t.principal) for t in self.config.tokens}
@@ -62,6 +66,10 @@ class Authenticator:
         verifier = None if oauth is None else OAuthVerifier(
             oauth, static_principals=frozenset(users), environ=self.environ)
         object.__setattr__(self, "verifier", verifier)
+        object.__setattr__(self, "scope", PrincipalScope(self.config))
+        # Where clients find this resource's RFC 9728 metadata (with `auth.oauth`).
+        object.__setattr__(self, "resource_metadata_url", None if oauth is None else
+                           str(build_resource_metadata_url(AnyHttpUrl(oauth.resource))))
 
     def user(self, principal: str) -> AuthenticatedUser:
         """The SDK's user for a principal (what a stateful session is bound to)."""
@@ -70,12 +78,6 @@ class Authenticator:
     @property
     def enabled(self) -> bool:
         return self.config.enabled
-
-    @property
-    def resource_metadata_url(self) -> str | None:
-        """Where clients find this resource's RFC 9728 metadata (with `auth.oauth`)."""
-        oauth = self.config.oauth
-        return None if oauth is None else str(build_resource_metadata_url(AnyHttpUrl(oauth.resource)))
 
     async def identity(self, authorization: str | None) -> Identity | None:
         """Who sends this Authorization header: None without a bearer token; TokenRefused for a
@@ -93,27 +95,54 @@ class Authenticator:
         return await self.verifier.identity(token)
 
     async def admit(self, scope: Scope) -> Refusal | None:
-        """The request's principal and identity into `scope` (http), or the 401/403 to answer."""
+        """The request's principal and identity into `scope` (http), or the 401 / 403 to answer.
+        An OAuth identity's claims bind its principal's scope (`PrincipalScope.bind`)."""
         authorization = header(scope, b"authorization")
         try:
             identity = await self.identity(authorization.decode("latin-1") if authorization is not None else None)
         except TokenRefused as refused:
-            return _refusal(scope, refused, self.resource_metadata_url, self._required_scope)
+            return self._refusal(scope, refused)
         except Exception:  # noqa: BLE001 - a check that broke refuses the token; never a 500
             logger.exception("auth: checking a bearer token failed")
-            return _refusal(scope, TokenRefused("the token could not be checked; try again"),
-                            self.resource_metadata_url, self._required_scope)
+            return self._refusal(scope, TokenRefused("the token could not be checked; try again"))
         if identity is None:
-            return _refusal(scope, None, self.resource_metadata_url, self._required_scope)
+            return self._refusal(scope, None)
         scope[PRINCIPAL_SCOPE_KEY] = identity.principal
         scope[IDENTITY_SCOPE_KEY] = identity
         if self.config.enabled:
             scope["user"] = self.user(identity.principal)
+            if identity.claims:
+                self.scope.bind(identity)
         return None
 
-    @property
-    def _required_scope(self) -> str | None:
-        return self.verifier.required_scope if self.verifier is not None else None
+    def _refusal(self, scope: Scope, refused: TokenRefused | None) -> Refusal:
+        """RFC 6750's answer: 401 with the metadata URL and the scope needed, plus the error and its
+        description for a refused token; 403 `insufficient_scope` (the reason is logged, never the token)."""
+        metadata = self.resource_metadata_url
+        params: list[str] = []
+        if refused is not None:
+            error = "insufficient_scope" if refused.insufficient_scope is not None else "invalid_token"
+            params += [f"error={_quoted(error)}", f"error_description={_quoted(refused.reason)}"]
+            client = scope.get("client")
+            logger.info("auth: %s %s from %s refused (%d %s): %s", scope.get("method"), scope.get("path"),
+                        client[0] if client else "?", refused.status, error, refused.reason)
+        if metadata is not None:
+            params.append(f"resource_metadata={_quoted(metadata)}")
+        needed = refused.insufficient_scope if refused is not None and refused.insufficient_scope else (
+            self.verifier.required_scope if self.verifier is not None else None)
+        if needed:
+            params.append(f"scope={_quoted(needed)}")
+        if refused is None:
+            if metadata is None:
+                return _UNAUTHORIZED
+            message = (f"Unauthorized: send 'Authorization: Bearer <token>' with an access token for this resource "
+                       f"(how to get one: {metadata})")
+        elif refused.insufficient_scope is not None:
+            message = f"Forbidden: {refused.reason} (needed: {refused.insufficient_scope})"
+        else:
+            message = f"Unauthorized: {refused.reason}"
+        return Refusal(refused.status if refused is not None else 401, UNAUTHORIZED, message,
+                       ((b"www-authenticate", ("Bearer " + ", ".join(params)).encode("ascii")),))
 
     def is_admin(self, authorization: str | None) -> bool:
         token = _bearer(authorization)
@@ -153,8 +182,8 @@ def _quoted(text: str) -> str:
 
 
 class BearerAuth:
-    """401 without a known bearer token; otherwise the principal goes into the ASGI scope
-    (what /media uses; /mcp's edge calls `Authenticator.admit` itself, gateway/http/edge.py)."""
+    """401 / 403 without an acceptable bearer token; otherwise the identity goes into the ASGI
+    scope (`/media`; `/mcp` runs `Authenticator.admit` in its edge, gateway/http/edge.py)."""
 
     def __init__(self, app: ASGIApp, authenticator: Authenticator) -> None:
         self._app = app
@@ -167,30 +196,7 @@ class BearerAuth:
         await self._app(scope, receive, send)
 
 
-def _refusal(scope: Scope, refused: TokenRefused | None, metadata: str | None, scope_needed: str | None) -> Refusal:
-    params: list[str] = []
-    if refused is not None:
-        error = "insufficient_scope" if refused.insufficient_scope is not None else "invalid_token"
-        params += [f"error={_quoted(error)}", f"error_description={_quoted(refused.reason)}"]
-        client = scope.get("client")
-        logger.info("auth: %s %s from %s refused (%d %s): %s", scope.get("method"), scope.get("path"),
-                    client[0] if client else "?", refused.status, error, refused.reason)
-    if metadata is not None:
-        params.append(f"resource_metadata={_quoted(metadata)}")
-    needed = refused.insufficient_scope if refused is not None and refused.insufficient_scope else scope_needed
-    if needed:
-        params.append(f"scope={_quoted(needed)}")
-    if metadata is None and refused is None:
-        params.append('realm="dex-mcp-gateway"')
-    challenge = "Bearer " + ", ".join(params)
-    if refused is None:
-        message = ("Unauthorized: send 'Authorization: Bearer <token>' with a token configured in auth.tokens"
-                   if metadata is None else
-                   f"Unauthorized: send 'Authorization: Bearer <token>' with an access token for this resource "
-                   f"(how to get one: {metadata})")
-    elif refused.insufficient_scope is not None:
-        message = f"Forbidden: {refused.reason} (needed: {refused.insufficient_scope})"
-    else:
-        message = f"Unauthorized: {refused.reason}"
-    return Refusal(refused.status if refused is not None else 401, UNAUTHORIZED, message,
-                   ((b"www-authenticate", challenge.encode("ascii")),))
+_UNAUTHORIZED = Refusal(
+    401, UNAUTHORIZED, "Unauthorized: send 'Authorization: Bearer <token>' with a token configured in auth.tokens",
+    ((b"www-authenticate", b'Bearer realm="dex-mcp-gateway"'),),
+)
