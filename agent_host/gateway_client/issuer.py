@@ -233,7 +233,10 @@ class IssuedToken:
         async with self._lock:  # parallel exchanges: one renewal, the others wait and reuse it
             tokens = self._tokens
             if tokens is None or not tokens.fresh(self._clock(), self._margin):
-                tokens = self._tokens = await self._renew(tokens)
+                try:
+                    tokens = self._tokens = await self._renew(tokens)
+                except ValueError as exc:  # an issuer URL that is not allowed
+                    raise CredentialError(str(exc)) from None
                 self.renewals += 1
                 self._save()
             return tokens.access_token

@@ -182,3 +182,11 @@ def test_a_login_for_another_gateway_is_refused_by_name(stack: Stack, tmp_path: 
     assert done.returncode == 2
     assert re.search(rf"the login in \S+ is for {re.escape(stack.resource)}, not {re.escape(other)}", done.stderr)
     assert json.loads(login_path(store).read_text())["resource"] == stack.resource
+
+
+@pytest.mark.anyio
+async def test_an_issuer_over_plain_http_off_loopback_is_refused() -> None:
+    """Nothing is asked of an issuer that is not https:// (http:// only on loopback)."""
+    credential = IssuedToken(IssuerClient("http://idp.example.com", MACHINE, "secret"), resource="http://127.0.0.1:1/mcp")
+    with pytest.raises(CredentialError, match="must be an https:// URL"):
+        await credential.bearer()
