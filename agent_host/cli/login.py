@@ -1,7 +1,8 @@
-"""`dex-agent login`: a person at a terminal gets the host its gateway token (OAuth device login,
+"""`dex-agent login` / `logout`: a person at a terminal gets the host its gateway token (OAuth device login,
 RFC 8628). It prints where to go and the code to enter, waits for the approval, and keeps the
 tokens beside the session store (`<store>-login.json`, mode 0600); later `run`/`chat`/`demo` send
-that token and renew it with its refresh token before it expires."""
+that token and renew it with its refresh token before it expires. `logout` revokes the refresh token
+at the issuer (when it offers revocation) and deletes the kept login."""
 
 from __future__ import annotations
 
@@ -13,11 +14,11 @@ import anyio
 from ..domain.credentials import issuer_settings
 from ..domain.safe_text import terminal_text
 from ..gateway_client.credential import CredentialError
-from ..gateway_client.issuer import (IssuerClient, LoginRecord, device_login, discover, issuer_of_resource, login_path,
-                                     save_login)
+from ..gateway_client.issuer import (IssuerClient, LoginRecord, device_login, discover, issuer_of_resource,
+                                     load_login, login_path, revoke, save_login)
 from ..store.session_store import store_path
 
-__all__ = ["login"]
+__all__ = ["login", "logout"]
 
 
 def login(args: argparse.Namespace) -> int:
@@ -50,3 +51,27 @@ def login(args: argparse.Namespace) -> int:
     except CredentialError as exc:
         print(f"dex-agent: login failed: {exc}", file=sys.stderr, flush=True)
         return 1
+
+
+def logout(args: argparse.Namespace) -> int:
+    path = login_path(store_path(args.store))
+    record = load_login(path)
+    if record is None:
+        print(f"Not logged in (no {path})", flush=True)
+        return 0
+
+    async def go() -> bool:
+        refresh = record.tokens.refresh_token
+        if not refresh:
+            return False
+        return await revoke(IssuerClient(record.issuer, record.client_id), await discover(record.issuer), refresh)
+
+    try:
+        revoked = anyio.run(go)
+    except CredentialError as exc:
+        print(f"dex-agent: the issuer could not revoke the login ({exc}); deleting it here anyway", file=sys.stderr,
+              flush=True)
+        revoked = False
+    path.unlink(missing_ok=True)
+    print(f"Logged out: {path} deleted{'; the refresh token was revoked at the issuer' if revoked else ''}", flush=True)
+    return 0

@@ -1,4 +1,4 @@
-"""`dex-agent`: chat, run, resume, demo, login, sessions, approvals.
+"""`dex-agent`: chat, run, resume, demo, login, logout, sessions, approvals.
 
 Every expected failure is one line on stderr, `dex-agent: <what went wrong>`, and a non-zero
 exit: 2 for a usage or setup error (caught before a turn starts), 1 for a failed turn or an
@@ -102,6 +102,9 @@ def _parser() -> argparse.ArgumentParser:
                        help=f"gateway MCP URL: the token's audience (default ${GATEWAY_ENV} or {DEFAULT_GATEWAY})")
     add_issuer_args(login, secret=False)
     login.set_defaults(run=cli_login.login)
+    logout = sub.add_parser("logout", help="revoke the kept login at the issuer and delete it")
+    _store_arg(logout)
+    logout.set_defaults(run=cli_login.logout)
 
     sessions = sub.add_parser("sessions", help="list or show stored sessions")
     ssub = sessions.add_subparsers(dest="sessions_command", required=True, parser_class=_Parser)

@@ -32,7 +32,7 @@ from .credential import CredentialError
 
 __all__ = [
     "DEVICE_CODE_GRANT", "IssuedToken", "IssuerClient", "IssuerEndpoints", "LoginRecord", "TokenSet",
-    "device_login", "discover", "issuer_of_resource", "load_login", "login_path", "save_login",
+    "device_login", "discover", "revoke", "issuer_of_resource", "load_login", "login_path", "save_login",
 ]
 
 DEVICE_CODE_GRANT = "urn:ietf:params:oauth:grant-type:device_code"
@@ -48,6 +48,7 @@ class IssuerEndpoints(BaseModel):
     issuer: str
     token_endpoint: str
     device_authorization_endpoint: str | None = None
+    revocation_endpoint: str | None = None
 
 
 class TokenSet(BaseModel):
@@ -307,6 +308,18 @@ async def device_login(client: IssuerClient, endpoints: IssuerEndpoints, *, reso
                 continue
             raise _refusal(status, body, "the device login")
     raise CredentialError("the device login expired before it was approved; run `dex-agent login` again")
+
+
+async def revoke(client: IssuerClient, endpoints: IssuerEndpoints, token: str) -> bool:
+    """RFC 7009: the issuer forgets `token` (a refresh token); False when it offers no revocation."""
+    if endpoints.revocation_endpoint is None:
+        return False
+    async with httpx.AsyncClient(timeout=_TIMEOUT) as http:
+        status, body = await _token_request(http, endpoints.revocation_endpoint, client,
+                                            {"token": token, "token_type_hint": "refresh_token"})
+    if status != 200:
+        raise _refusal(status, body, "the revocation")
+    return True
 
 
 def login_path(store: Path) -> Path:

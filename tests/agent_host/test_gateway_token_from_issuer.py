@@ -6,7 +6,8 @@ the payments example server behind it, and `dex-agent` as a real process.
   the token it sent has the gateway as audience; a secret on the command line is refused;
 * a token about to expire is renewed before it is sent (short TTLs on the provider);
 * `dex-agent login` (device login): the person approves on the provider's pages; the tokens are
-  kept with mode 0600 and later turns send them, renewed by the refresh token.
+  kept with mode 0600 and later turns send them, renewed by the refresh token; `dex-agent logout`
+  revokes the refresh token at the provider and deletes them.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from agent_host.gateway_client.issuer import IssuedToken, IssuerClient, load_log
 from agent_host.gateway_client.tools import GatewayToolSource
 from tests.agent_host.host_support import dex_agent, run_agent
 from tests.support.gateway import RunningGateway, start_gateway, write_config
-from tests.support.idp import MACHINE, PUBLIC, Idp
+from tests.support.idp import MACHINE, PUBLIC, Idp, IdpError
 from tests.support.servers import free_port, read_executions, start_http_server
 
 pytestmark = pytest.mark.timeout(180)
@@ -170,7 +171,7 @@ def test_device_login_then_turns_with_the_kept_token(stack: Stack, tmp_path: Pat
     assert stack.idp.verify(renewed.tokens.access_token, audience=stack.resource)["sub"] == "bob"
 
 
-def test_a_login_for_another_gateway_is_refused_by_name(stack: Stack, tmp_path: Path) -> None:
+def test_a_login_for_another_gateway_is_refused_by_name_and_logout_revokes_it(stack: Stack, tmp_path: Path) -> None:
     store = tmp_path / "other.db"
     proc = dex_agent("--store", str(store), "login", "--gateway", stack.resource, "--client-id", PUBLIC,
                      "--issuer", stack.idp.issuer)
@@ -182,6 +183,16 @@ def test_a_login_for_another_gateway_is_refused_by_name(stack: Stack, tmp_path: 
     assert done.returncode == 2
     assert re.search(rf"the login in \S+ is for {re.escape(stack.resource)}, not {re.escape(other)}", done.stderr)
     assert json.loads(login_path(store).read_text())["resource"] == stack.resource
+
+    # `logout` revokes the refresh token at the issuer and deletes the kept login.
+    record = load_login(login_path(store))
+    assert record is not None and record.tokens.refresh_token
+    done = run_agent("--store", str(store), "logout")
+    assert done.returncode == 0, done.stderr
+    assert "the refresh token was revoked at the issuer" in done.stdout and not login_path(store).exists()
+    with pytest.raises(IdpError, match="invalid_grant"):
+        stack.idp.refresh(record.tokens.refresh_token, stack.resource)
+    assert "Not logged in" in run_agent("--store", str(store), "logout").stdout
 
 
 @pytest.mark.anyio
