@@ -32,8 +32,8 @@ from tests.support.servers import free_port, read_executions, start_http_server
 
 pytestmark = pytest.mark.timeout(180)
 
-# The provider's token lifetime for the gateway (a resource's TTL applies to client credentials too).
-TTL = 10
+CC_TTL = 4  # client credentials tokens
+USER_TTL = 10  # device login tokens
 
 
 @dataclass
@@ -53,7 +53,7 @@ class Stack:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     root = tmp_path_factory.mktemp("issuer-stack")
-    with Idp(client_credentials_ttl=TTL, access_token_ttl=TTL) as idp, \
+    with Idp(client_credentials_ttl=CC_TTL, access_token_ttl=USER_TTL) as idp, \
             start_http_server("dex_server", state_dir=root / "payments") as payments:
         port = free_port()
         resource = f"http://127.0.0.1:{port}/mcp"
@@ -109,7 +109,7 @@ def test_a_wrong_client_secret_is_one_clear_line(stack: Stack, tmp_path: Path) -
 
 @pytest.mark.anyio
 async def test_a_token_about_to_expire_is_renewed_before_it_is_sent(stack: Stack) -> None:
-    """A TTL-second token is renewed once less than half of it is left; until then it is reused.
+    """A CC_TTL-second token is renewed once less than half of it is left; until then it is reused.
     Both tokens are accepted by the gateway and carry it as audience."""
     machine = stack.idp.client(MACHINE)
     credential = IssuedToken(IssuerClient(stack.idp.issuer, MACHINE, machine.client_secret), resource=stack.resource,
@@ -120,8 +120,8 @@ async def test_a_token_about_to_expire_is_renewed_before_it_is_sent(stack: Stack
     assert {t.name for t in await tools.list_tools()} >= {"payments__get_balance"}
     assert await credential.bearer() == first and stack.idp.grants("client_credentials") == grants + 1
     claims = stack.idp.verify(first or "", audience=stack.resource)
-    assert claims["exp"] - claims["iat"] == TTL
-    time.sleep(TTL / 2 + 0.3)
+    assert claims["exp"] - claims["iat"] == CC_TTL
+    time.sleep(CC_TTL / 2 + 0.3)
     assert {t.name for t in await tools.list_tools()} >= {"payments__get_balance"}
     second = await credential.bearer()
     assert second != first and stack.idp.grants("client_credentials") == grants + 2 and credential.renewals == 2
@@ -160,7 +160,7 @@ def test_device_login_then_turns_with_the_kept_token(stack: Stack, tmp_path: Pat
 
     # Past half its lifetime the next turn renews it with the refresh token, and keeps the new one (0600).
     refreshes = stack.idp.grants("refresh_token")
-    time.sleep(TTL / 2 + 0.3)
+    time.sleep(USER_TTL / 2 + 0.3)
     turn = dex_agent("--store", str(store), "demo", "--gateway", stack.resource)
     assert turn.finish(timeout=90) == 0, turn.output
     assert _balances(stack) == before + 2
