@@ -103,7 +103,13 @@ async def test_the_python_sdk_client_logs_in_by_itself(setup: Setup, registratio
         storage=storage, redirect_handler=redirect_handler, callback_handler=callback_handler)
     registrations = setup.idp.grants("authorization_code")
     before = count_executions(setup.notes_state)
-    http = httpx2.AsyncClient(auth=provider, timeout=httpx2.Timeout(30, read=120))
+    sent: list[str | None] = []  # the Authorization of every request to /mcp
+
+    async def record(request: httpx2.Request) -> None:
+        if str(request.url) == setup.resource:
+            sent.append(request.headers.get("authorization"))
+
+    http = httpx2.AsyncClient(auth=provider, timeout=httpx2.Timeout(30, read=120), event_hooks={"request": [record]})
     async with http, Client(streamable_http_client(setup.resource, http_client=http), cache=None,
                             read_timeout_seconds=60) as client:
         tools = {t.name for t in await all_tools(client)}
@@ -117,6 +123,10 @@ async def test_the_python_sdk_client_logs_in_by_itself(setup: Setup, registratio
     assert storage.tokens is not None and storage.client_info is not None
     if registration == "dynamic":
         assert storage.client_info.client_id != PUBLIC  # registered by the client itself (RFC 7591)
+    # The first request went without a token (the 401 that started discovery); every later one
+    # carried the token the login got.
+    assert sent[0] is None and len(sent) >= 3, sent
+    assert set(sent[1:]) == {f"Bearer {storage.tokens.access_token}"}
     claims = setup.idp.verify(storage.tokens.access_token, audience=setup.resource)
     assert claims["aud"] == setup.resource and claims["sub"] == "bob"
     assert claims["client_id"] == storage.client_info.client_id and "mcp" in claims["scope"].split()
