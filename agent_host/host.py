@@ -84,7 +84,7 @@ def gateway_credential(args: argparse.Namespace) -> Credential:
         if not oauth.client_id:
             raise ValueError("client credentials need the client id ($DEX_AGENT_CLIENT_ID or --client-id)")
         return IssuedToken(IssuerClient(oauth.issuer, oauth.client_id, oauth.client_secret), resource=args.gateway,
-                           scope=oauth.scope)
+                           scope=oauth.scope, token_endpoint=oauth.token_endpoint)
     if token:
         return StaticToken(token)
     path = login_path(store_path(args.store))

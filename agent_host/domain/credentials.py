@@ -21,6 +21,7 @@ APPROVER_TOKEN_ENV = "DEX_APPROVER_TOKEN"
 APPROVER_TOKEN_FILE_FLAG = "--approver-token-file"
 # The gateway token from an OAuth issuer (agent_host/gateway_client/issuer.py).
 ISSUER_ENV = "DEX_AGENT_ISSUER"
+TOKEN_ENDPOINT_ENV = "DEX_AGENT_TOKEN_ENDPOINT"
 CLIENT_ID_ENV = "DEX_AGENT_CLIENT_ID"
 CLIENT_SECRET_ENV = "DEX_AGENT_CLIENT_SECRET"
 CLIENT_SECRET_FILE_FLAG = "--client-secret-file"
@@ -70,6 +71,9 @@ def add_issuer_args(parser: argparse.ArgumentParser, *, secret: bool = True) -> 
     group = parser.add_argument_group("gateway token from an OAuth issuer")
     group.add_argument("--issuer", default=None,
                        help=f"the issuer's URL (default ${ISSUER_ENV}, else the one the gateway's metadata names)")
+    if secret:
+        group.add_argument("--token-endpoint", dest="token_endpoint", default=None,
+                           help=f"the issuer's token endpoint, instead of discovering it (default ${TOKEN_ENDPOINT_ENV})")
     group.add_argument("--client-id", dest="client_id", default=None, help=f"the OAuth client id (default ${CLIENT_ID_ENV})")
     group.add_argument("--scope", dest="oauth_scope", default=None, help=f"the scope asked for (default ${SCOPE_ENV} or {DEFAULT_SCOPE})")
     if secret:
@@ -84,6 +88,7 @@ class IssuerSettings:
     """The OAuth client from the flags and the environment (nothing set: no issuer)."""
 
     issuer: str | None
+    token_endpoint: str | None
     client_id: str | None
     client_secret: str | None = field(repr=False)
     scope: str
@@ -92,6 +97,7 @@ class IssuerSettings:
 def issuer_settings(args: argparse.Namespace) -> IssuerSettings:
     return IssuerSettings(
         issuer=getattr(args, "issuer", None) or os.environ.get(ISSUER_ENV) or None,
+        token_endpoint=getattr(args, "token_endpoint", None) or os.environ.get(TOKEN_ENDPOINT_ENV) or None,
         client_id=getattr(args, "client_id", None) or os.environ.get(CLIENT_ID_ENV) or None,
         client_secret=read_secret(getattr(args, "client_secret_file", None), CLIENT_SECRET_ENV, what="client secret"),
         scope=getattr(args, "oauth_scope", None) or os.environ.get(SCOPE_ENV) or DEFAULT_SCOPE,

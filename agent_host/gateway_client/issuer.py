@@ -218,6 +218,8 @@ class IssuedToken:
         self._resource = resource
         self._scope = scope
         self._tokens = tokens
+        if token_endpoint is not None:
+            _check_url(token_endpoint, "the token endpoint")
         self._token_endpoint = token_endpoint
         self._record_path = record_path
         self._margin = margin_seconds

@@ -89,6 +89,16 @@ def test_the_issuer_is_found_from_the_gateways_metadata(stack: Stack, tmp_path: 
     assert _balances(stack) == before + 1
 
 
+def test_a_token_endpoint_instead_of_discovery(stack: Stack, tmp_path: Path) -> None:
+    """With the token endpoint given, nothing is discovered (the issuer named here listens nowhere)."""
+    before = _balances(stack)
+    env = {**stack.client_env(issuer=False), "DEX_AGENT_ISSUER": "http://127.0.0.1:1",
+           "DEX_AGENT_TOKEN_ENDPOINT": f"{stack.idp.issuer}/token"}
+    proc = dex_agent("--store", str(tmp_path / "a.db"), "demo", "--gateway", stack.resource, env=env)
+    assert proc.finish(timeout=90) == 0, proc.output
+    assert _balances(stack) == before + 1
+
+
 def test_a_secret_on_the_command_line_is_refused(stack: Stack, tmp_path: Path) -> None:
     done = run_agent("--store", str(tmp_path / "a.db"), "demo", "--gateway", stack.resource,
                      "--client-id", MACHINE, "--client-secret", "s3cret-on-argv")
