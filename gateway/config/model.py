@@ -17,6 +17,7 @@ from .ops import RateConfig, RateLimitsConfig, TelemetryConfig
 from .env import apply_env_overrides
 from ..errors import ConfigError
 from .grants import check_env_name, check_module_prefix, parse_host_entry
+from .upstream_auth import UpstreamAuthConfig
 from ..storage.media_urls import parse_media_store_url
 from .yaml_source import SourceError, SourcedDocument, dotted, expand_env, load_file, load_yaml
 
@@ -185,6 +186,8 @@ class _UpstreamBase(_Strict):
     # Log messages of one call waiting for a slow client; past this the oldest is dropped
     # (progress is coalesced to the latest). Counted in dex_gateway_upstream_notifications_dropped.
     max_queued_notifications: int = Field(256, ge=1)
+    # How the gateway authenticates to the upstream (gateway/config/upstream_auth.py).
+    auth: UpstreamAuthConfig = Field(default_factory=UpstreamAuthConfig)
 
     @field_validator("name")
     @classmethod
@@ -204,6 +207,14 @@ class StdioUpstreamConfig(_UpstreamBase):
     env: dict[str, str] = Field(default_factory=dict)
     cwd: str | None = None
     protocol: Literal["handshake", "2026-07-28"] = "handshake"
+
+    @model_validator(mode="after")
+    def _auth_needs_http(self) -> "StdioUpstreamConfig":
+        if self.auth.mode != "static":
+            raise ValueError(f"auth.mode {self.auth.mode} needs an HTTP upstream (transport: streamable_http): a "
+                             "stdio process has no Authorization header to carry a token; give it credentials "
+                             "in its env instead")
+        return self
 
 
 class HttpUpstreamConfig(_UpstreamBase):
@@ -225,6 +236,26 @@ class HttpUpstreamConfig(_UpstreamBase):
         if self.tls_ca_file is not None and not self.url.startswith("https://"):
             raise ValueError("tls_ca_file is only used with an https:// url")
         return self
+
+    @model_validator(mode="after")
+    def _auth_fits(self) -> "HttpUpstreamConfig":
+        mode = self.auth.mode
+        if mode == "static":
+            return self
+        if any(key.lower() == "authorization" for key in self.headers):
+            raise ValueError(f"headers.Authorization cannot be used with auth.mode {mode}: the gateway sets "
+                             "Authorization itself (remove the header, or use mode static)")
+        if mode == "token_exchange" and self.protocol != "2026-07-28":
+            raise ValueError(
+                "auth.mode token_exchange needs protocol: \"2026-07-28\" (each request independent, so each "
+                f"carries its caller's token); protocol {self.protocol!r} may open a handshake-era session, which "
+                "the upstream binds to the first caller's identity (docs/auth.md, \"Upstream credentials\")")
+        return self
+
+    @property
+    def token_resource(self) -> str:
+        """The audience a token for this upstream is asked for: `auth.resource`, else the url."""
+        return self.auth.resource or self.url
 
 
 UpstreamConfig = Annotated[StdioUpstreamConfig | HttpUpstreamConfig, Field(discriminator="transport")]

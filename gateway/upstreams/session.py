@@ -45,6 +45,7 @@ from anyio.abc import TaskGroup
 
 from ..errors import SessionLost, UpstreamError, UpstreamInterrupted, UpstreamNotSent, UpstreamRpcError
 from .channels.base import Answer, Channel, Listener, Message, Negotiated
+from .credentials import Bearer
 from .event_streams import EventStreams
 from .events import NO_EVENTS, ResourceSubscriptions, UpstreamEvents, route_event
 from ..protocol import CLIENT_INFO
@@ -167,7 +168,9 @@ class UpstreamSession:
         *,
         timeout: float,
         relay: CallRelay | None = None,
+        bearer: Bearer | None = None,
     ) -> dict[str, Any]:
+        """`bearer`: this request's own token (a caller's exchanged token; gateway/upstreams/credentials.py)."""
         if self.closed:
             raise UpstreamNotSent(self.name, "the connection is closed")
         for attempt in (1, 2):  # a second time only on a fresh session: the first was unknown upstream
@@ -178,7 +181,7 @@ class UpstreamSession:
             try:
                 with anyio.fail_after(timeout):
                     answer = await self._exchange(negotiated, method, params, relay, notices,
-                                                  anyio.current_time() + timeout)
+                                                  anyio.current_time() + timeout, bearer)
             except TimeoutError:
                 failure = UpstreamInterrupted(self.name, f"no answer within {timeout:g} s")
             except (UpstreamError, SessionLost) as exc:
@@ -207,6 +210,7 @@ class UpstreamSession:
         relay: CallRelay | None = None,
         notices: CallNotices | None = None,
         deadline: float = float("inf"),
+        bearer: Bearer | None = None,
     ) -> Message:
         """Send one request and return its answer (the raw JSON-RPC message)."""
         request_id = next(self._ids)
@@ -221,9 +225,9 @@ class UpstreamSession:
             self._calls[request_id] = relay
         try:
             if relay is None or notices is None:
-                answer = await self.channel.exchange(message, negotiated, self._own_listener(negotiated))
+                answer = await self.channel.exchange(message, negotiated, self._own_listener(negotiated), bearer)
             else:
-                answer = await self._exchange_for_client(negotiated, message, relay, notices)
+                answer = await self._exchange_for_client(negotiated, message, relay, notices, bearer)
         except anyio.get_cancelled_exc_class():
             # The caller went away (its client disconnected): tell the upstream, written once for
             # every channel (over HTTP on 2026-07-28, closing the response stream is the
@@ -242,7 +246,8 @@ class UpstreamSession:
         return answer.message
 
     async def _exchange_for_client(
-        self, negotiated: Negotiated, message: Message, relay: CallRelay, notices: CallNotices
+        self, negotiated: Negotiated, message: Message, relay: CallRelay, notices: CallNotices,
+        bearer: Bearer | None = None,
     ) -> Answer | None:
         """Exchange while the call's helpers hand its notifications to the client and answer the
         upstream's questions; questions of a call that ended are moot (cancelled).
@@ -271,7 +276,7 @@ class UpstreamSession:
         listener = Listener(lambda request: self._answer_later(negotiated, request, relay, start),
                             on_notification, client=True, on_pause=relay.pause_stream)
         try:
-            return await self.channel.exchange(message, negotiated, listener)
+            return await self.channel.exchange(message, negotiated, listener, bearer)
         except BaseException:
             if delivery is not None:
                 delivery.cancel()  # no answer to hand notifications ahead of (the client may be gone)
