@@ -10,7 +10,9 @@ import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator,
+)
 
 from ..conventions.keys import Effect
 from .ops import RateConfig, RateLimitsConfig, TelemetryConfig
@@ -385,6 +387,21 @@ class GatewayConfig(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _upstream_secrets_are_set(self, info: ValidationInfo) -> "GatewayConfig":
+        # Checked at load (the environment the file is read with), so a missing secret stops the
+        # start with its file and line instead of failing every call.
+        environ = info.context.get("environ") if isinstance(info.context, dict) else None
+        if environ is None:
+            return self
+        for i, upstream in enumerate(self.upstreams):
+            name = upstream.auth.client_secret_env
+            if name is not None and not environ.get(name):
+                raise _PathedError(("upstreams", i, "auth", "client_secret_env"),
+                                   f"the environment variable {name} (the client secret for auth.mode "
+                                   f"{upstream.auth.mode}) is not set")
+        return self
+
+    @model_validator(mode="after")
     def _scopes_name_known_upstreams(self) -> "GatewayConfig":
         names = {u.name for u in self.upstreams}
         for i, token in enumerate(self.auth.tokens):
@@ -433,7 +450,8 @@ def parse_config(doc: SourcedDocument, environ: dict[str, str] | None = None) ->
     if not isinstance(data, dict):
         raise ConfigError(f"{doc.source}:1: the configuration must be a mapping of keys")
     try:
-        return GatewayConfig.model_validate(data)
+        # The environment, for checks of variables named by the file (gateway/config/upstream_auth.py).
+        return GatewayConfig.model_validate(data, context={"environ": os.environ if environ is None else environ})
     except ValidationError as exc:
         raise ConfigError(_describe(exc, doc)) from None
 

@@ -283,7 +283,7 @@ async def _attempt(
     max_result_bytes: int = 0, caller: Identity | None = None,
 ) -> AttemptEvent:
     async def send(method: str, call_params: dict[str, Any]) -> dict[str, Any]:
-        if request is not None:  # an upstream task (gateway/tasks/): its requests go with the gateway's credentials
+        if request is not None:  # gateway/tasks/upstream.py: it carries the caller itself
             return await request(method, call_params, relay=relay)
         return await upstream.request(method, call_params, relay=relay, caller=caller)
 
