@@ -12,6 +12,7 @@ trusts it, and upstreams of our own (tests/support/token_server.py) that record 
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 import secrets
@@ -24,6 +25,10 @@ from typing import Any
 
 import pytest
 
+from gateway.auth.principals import Identity
+from gateway.config.model import HttpUpstreamConfig
+from gateway.errors import UpstreamNotSent
+from gateway.upstreams.credentials import UpstreamCredentials
 from tests.gateway.helpers import OUTCOME, connect, meta_of, text_of
 from tests.support.gateway import RunningGateway, http_upstream, start_gateway, write_config
 from tests.support.idp import EXCHANGER, TOKEN_EXCHANGE, Idp, IdpClient, default_clients
@@ -223,3 +228,51 @@ def test_a_static_principal_token_is_never_forwarded(setup: Setup) -> None:
             assert record["authorization"] != f"Bearer {STATIC_TOKEN}"
             if record["authorization"]:
                 assert claims_of(bearer_of(record)).get("aud") != setup.gateway.url  # never a token for the gateway
+
+
+# -- the token source itself (gateway/upstreams/credentials.py), against the same provider ----------
+
+
+def _credentials(setup: Setup, upstream: str, **auth: Any) -> UpstreamCredentials:
+    config = HttpUpstreamConfig.model_validate({
+        "name": upstream, "transport": "streamable_http", "url": setup.upstreams[upstream].url, "protocol": MODERN,
+        "auth": {"mode": "token_exchange", "issuer": setup.idp.issuer, "client_id": EXCHANGER,
+                 "client_secret_env": SECRET_ENV, **auth}})
+    return UpstreamCredentials(config, environ={SECRET_ENV: setup.idp.client(EXCHANGER).client_secret or ""})
+
+
+async def test_concurrent_calls_of_one_user_share_one_exchange(setup: Setup) -> None:
+    credentials = _credentials(setup, "people")
+    alice = Identity("alice", token=setup.login("alice"))
+    before = setup.idp.grants(TOKEN_EXCHANGE)
+    try:
+        bearers = await asyncio.gather(*(credentials.bearer(alice) for _ in range(20)))
+    finally:
+        await credentials.aclose()
+    assert setup.idp.grants(TOKEN_EXCHANGE) == before + 1
+    assert len({b.token for b in bearers}) == 1
+    assert bearers[0].token not in repr(bearers[0]) and bearers[0].token not in repr(credentials)
+
+
+async def test_the_cache_is_bounded_least_recently_used_first(setup: Setup) -> None:
+    credentials = _credentials(setup, "people", max_cached_tokens=1)
+    alice = Identity("alice", token=setup.login("alice"))
+    bob = Identity("bob", token=setup.login("bob"))
+    before = setup.idp.grants(TOKEN_EXCHANGE)
+    try:
+        for caller in (alice, alice, bob, alice):  # bob's token pushes alice's out
+            await credentials.bearer(caller)
+    finally:
+        await credentials.aclose()
+    assert setup.idp.grants(TOKEN_EXCHANGE) == before + 3
+
+
+async def test_a_caller_without_a_token_gets_no_exchange_and_a_clear_error(setup: Setup) -> None:
+    credentials = _credentials(setup, "people")
+    before = setup.idp.stats()
+    try:
+        with pytest.raises(UpstreamNotSent, match="principal 'ci' has no OAuth access token to exchange"):
+            await credentials.bearer(Identity("ci"))
+    finally:
+        await credentials.aclose()
+    assert setup.idp.stats() == before  # nothing asked of the provider
