@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import ssl
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -254,7 +255,10 @@ class UpstreamCredentials:
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:  # one pooled client per upstream, made on first use (inside the loop)
-            self._client = httpx.AsyncClient(timeout=self._auth.timeout_seconds, follow_redirects=False)
+            # Like the upstreams' own transport: the system trust store (SSL_CERT_FILE honoured), no
+            # proxy variables, no .netrc.
+            self._client = httpx.AsyncClient(timeout=self._auth.timeout_seconds, follow_redirects=False,
+                                             verify=ssl.create_default_context(), trust_env=False)
         return self._client
 
 
