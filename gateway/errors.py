@@ -5,6 +5,7 @@ results (never a stack trace), and the call pipeline turns upstream failures int
 
     GatewayError
     ├── ConfigError               the configuration is malformed (names file, line and key)
+    ├── TokenRefused              a bearer token is refused (401 invalid_token, 403 insufficient_scope)
     ├── StoreError                a fence or registration store cannot be used
     ├── RequestError              the client's request is wrong: a JSON-RPC error (code, message)
     │   ├── UnknownToolError      a tool name the principal cannot reach
@@ -44,7 +45,8 @@ from typing import Any
 from mcp_types import INVALID_PARAMS, METHOD_NOT_FOUND
 
 __all__ = [
-    "UNAUTHORIZED", "UNAVAILABLE", "RATE_LIMITED", "DRAINING", "GatewayError", "ConfigError", "UpstreamError",
+    "UNAUTHORIZED", "UNAVAILABLE", "RATE_LIMITED", "DRAINING", "GatewayError", "ConfigError", "TokenRefused",
+    "UpstreamError",
     "UpstreamNotSent", "UpstreamUnauthorized", "UpstreamInterrupted", "UpstreamAnswerTooLarge", "UpstreamListingRefused",
     "UpstreamRpcError", "StoreError", "MediaError", "InvalidImage", "MediaStoreError", "RequestError",
     "UnknownToolError", "UpstreamRefusedRequest", "RateLimited", "TaskBudgetExceeded", "RelayRefused",
@@ -65,6 +67,21 @@ class GatewayError(Exception):
 
 class ConfigError(GatewayError):
     """The configuration is malformed; the message names the file, line and key."""
+
+
+class TokenRefused(GatewayError):
+    """A bearer token the gateway does not accept (gateway/auth/oauth/): answered 401 `invalid_token`
+    with `reason` as the description, or 403 `insufficient_scope` naming the scope needed. The
+    reason never holds the token."""
+
+    def __init__(self, reason: str, *, insufficient_scope: str | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.insufficient_scope = insufficient_scope
+
+    @property
+    def status(self) -> int:
+        return 403 if self.insufficient_scope is not None else 401
 
 
 class UpstreamError(GatewayError):

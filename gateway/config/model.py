@@ -19,13 +19,14 @@ from .ops import RateConfig, RateLimitsConfig, TelemetryConfig
 from .env import apply_env_overrides
 from ..errors import ConfigError
 from .grants import check_env_name, check_module_prefix, parse_host_entry
+from .oauth import OAuthConfig
 from .upstream_auth import UpstreamAuthConfig
 from ..storage.media_urls import parse_media_store_url
 from .yaml_source import SourceError, SourcedDocument, dotted, expand_env, load_file, load_yaml
 
 __all__ = [
     "CONFIG_ENV_VAR", "DEFAULT_CONFIG_PATH", "AuthConfig", "ConnectorsConfig", "FencesConfig",
-    "GatewayConfig", "HttpUpstreamConfig", "MediaConfig", "RateConfig", "RateLimitsConfig", "RootConfig",
+    "GatewayConfig", "HttpUpstreamConfig", "MediaConfig", "OAuthConfig", "RateConfig", "RateLimitsConfig", "RootConfig",
     "ServerConfig", "StdioUpstreamConfig", "TasksConfig", "TelemetryConfig", "TokenConfig",
     "ToolPolicyConfig", "UpstreamConfig",
     "config_from_text", "is_loopback_host", "load_config", "parse_config", "with_server_overrides",
@@ -120,6 +121,8 @@ class TokenConfig(_Strict):
 class AuthConfig(_Strict):
     tokens: list[TokenConfig] = Field(default_factory=list)
     admin_token_sha256: str | None = Field(None, pattern=r"^[0-9a-fA-F]{64}$")
+    # The gateway as an OAuth 2.1 resource server (gateway/config/oauth.py, docs/auth.md).
+    oauth: OAuthConfig | None = None
 
     @model_validator(mode="after")
     def _unique_principals(self) -> "AuthConfig":
@@ -132,14 +135,14 @@ class AuthConfig(_Strict):
 
     @property
     def enabled(self) -> bool:
-        """Whether `/mcp` callers must authenticate: agent tokens are configured. The admin
-        token guards only the admin routes, so on its own it leaves `/mcp` open (and the
+        """Whether `/mcp` callers must authenticate: agent tokens or `oauth` are configured. The
+        admin token guards only the admin routes, so on its own it leaves `/mcp` open (and the
         gateway then binds to loopback only)."""
-        return bool(self.tokens)
+        return bool(self.tokens) or self.oauth is not None
 
     @property
     def any_credential(self) -> bool:
-        return bool(self.tokens) or self.admin_token_sha256 is not None
+        return self.enabled or self.admin_token_sha256 is not None
 
 
 class ToolPolicyConfig(_Strict):
@@ -408,6 +411,15 @@ class GatewayConfig(_Strict):
             for j, name in enumerate(token.upstreams or ()):
                 if name not in names:
                     raise _PathedError(("auth", "tokens", i, "upstreams", j), f"no upstream is named {name!r}")
+        oauth = self.auth.oauth
+        if oauth is not None:
+            for i, grant in enumerate(oauth.grants or ()):
+                for j, name in enumerate(grant.upstreams or ()):
+                    if name not in names:
+                        raise _PathedError(("auth", "oauth", "grants", i, "upstreams", j), f"no upstream is named {name!r}")
+            for j, name in enumerate(oauth.default.upstreams or () if oauth.default else ()):
+                if name not in names:
+                    raise _PathedError(("auth", "oauth", "default", "upstreams", j), f"no upstream is named {name!r}")
         return self
 
     @model_validator(mode="after")
@@ -426,7 +438,8 @@ class GatewayConfig(_Strict):
             raise _PathedError(
                 ("server", "host"),
                 f"binding to {self.server.host!r} without agent tokens would expose every tool to anyone "
-                "(auth.admin_token_sha256 guards only the admin routes); configure auth.tokens or bind to 127.0.0.1",
+                "(auth.admin_token_sha256 guards only the admin routes); configure auth.tokens or auth.oauth, "
+                "or bind to 127.0.0.1",
             )
         return self
 

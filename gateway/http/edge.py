@@ -9,7 +9,7 @@ body, never a 500):
     gate      the drain: 503 while the process shuts down; counts the requests in flight
     front     503 while the gateway starts (or after its runtime stopped)
     hosts     421 / 403 for a foreign Host or Origin (DNS rebinding)      http/hosts.py
-    auth      401 without a known token; the principal into the scope     http/auth.py
+    auth      401 / 403 without an acceptable token (static or OAuth); the identity into the scope   http/auth.py
     requests  413 / 405 / 415 / 406 / -32700 / -32600: one message per POST   http/requests.py
     streams   a GET stream ends when idle or at drain                     http/streams.py
 
@@ -71,7 +71,9 @@ class Edge:
             if isinstance(front, Refusal):
                 await front.send(send)
                 return
-            refused = self._hosts.refusal(scope) or self._auth.admit(scope)
+            refused = self._hosts.refusal(scope)
+            if refused is None:
+                refused = await self._auth.admit(scope)
             if refused is None:
                 body = await self._requests.admit(scope, receive)
                 if isinstance(body, Refusal):

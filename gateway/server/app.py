@@ -40,10 +40,10 @@ from ..http.asgi import Refusal
 from ..http.auth import Authenticator, BearerAuth
 from ..front.events import ListenStreams
 from ..http.hosts import HostOriginGuard, HostOriginPolicy
+from ..http.resource_metadata import protected_resource_routes
 from ..media.runtime import Media, open_media
 from ..media.serving import MediaEndpoint
 from .operations import Operations
-from ..auth.scope import PrincipalScope
 from ..pipeline.limits import upstream_answer_cap
 from ..pipeline.subscriptions import ResourceWatch
 from ..protocol import SERVER_INFO, JsonObject
@@ -191,6 +191,7 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
     ]
+    routes.extend(protected_resource_routes(config))  # RFC 9728, with auth.oauth
     routes.extend(admin_routes(connectors, _admin_check(authenticator)))
     routes.extend(ops.routes(authenticator))
     app = _GatewayApp(config.server.path, ops.edge(front, authenticator), routes=routes, lifespan=lifespan)
@@ -305,7 +306,7 @@ async def _build_runtime(
     events.sessions.on_release(watch.release, spawn=lambda fn: spawn("subscription release", fn))
     for upstream in upstreams.values():
         upstream.resource_listeners.append(lambda uri: spawn("resource notifier", partial(events.resource_updated, uri)))
-    scope = PrincipalScope(config.auth)
+    scope = authenticator.scope  # OAuth principals' scope is bound from their claims as they authenticate
     parking = Parking(tg)
     pipeline = CallPipeline(
         catalog, upstreams, fences, scope, max_result_bytes=config.server.max_result_bytes, media=media.stage,
