@@ -29,7 +29,7 @@ from gateway.auth.principals import Identity
 from gateway.config.model import HttpUpstreamConfig
 from gateway.errors import UpstreamNotSent
 from gateway.upstreams.credentials import UpstreamCredentials
-from tests.gateway.helpers import OUTCOME, connect, meta_of, text_of
+from tests.gateway.helpers import KEY, OUTCOME, connect, meta_of, new_key, text_of
 from tests.support.gateway import RunningGateway, http_upstream, start_gateway, write_config
 from tests.support.idp import EXCHANGER, TOKEN_EXCHANGE, Idp, IdpClient, default_clients
 from tests.support.processes import spawn_listening, terminate
@@ -118,9 +118,9 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
             terminate(process)
 
 
-async def call(setup: Setup, token: str, tool: str) -> tuple[bool, str, dict[str, Any]]:
+async def call(setup: Setup, token: str, tool: str, *, key: str | None = None) -> tuple[bool, str, dict[str, Any]]:
     async with connect(setup.gateway.url, MODERN, token=token) as client:
-        result = await client.call_tool(tool, {})
+        result = await client.call_tool(tool, {}, meta={KEY: key} if key else None)
     return bool(result.is_error), text_of(result), meta_of(result)
 
 
@@ -187,6 +187,22 @@ async def test_an_exchange_the_provider_refuses_is_a_clear_failure_and_nothing_i
     assert meta.get(OUTCOME) != "unknown"
     assert denied.calls() == []  # the upstream saw no call
     assert setup.idp.stats()["errors"].get(TOKEN_EXCHANGE, 0) == errors_before + 1  # asked once, never again
+
+
+async def test_a_refused_exchange_leaves_the_write_s_key_free(setup: Setup) -> None:
+    """Not sent, so the fence releases the key: the same key sent again is tried again (the provider
+    is asked again), never answered from the fence as unknown or in progress."""
+    denied = setup.upstreams["denied"]
+    alice, key = setup.login("alice"), new_key("refused")
+    errors_before = setup.idp.stats()["errors"].get(TOKEN_EXCHANGE, 0)
+    for _ in range(2):
+        failed, text, meta = await call(setup, alice, "denied__note", key=key)
+        assert failed and "did not run" in text and "Nothing was sent" in text, text
+        assert meta.get(OUTCOME) != "unknown"
+    assert setup.idp.stats()["errors"].get(TOKEN_EXCHANGE, 0) == errors_before + 2
+    assert denied.calls() == []
+    failed, text, _ = await call(setup, alice, "people__note", key=key)  # the key works where the exchange does
+    assert not failed and text == "called by alice"
 
 
 async def test_a_static_token_principal_cannot_call_a_token_exchange_upstream(setup: Setup) -> None:

@@ -11,7 +11,7 @@ request is recorded too; a call the gateway never sent is not). Without a bearer
 gets 401 `invalid_token` (listings take any bearer token): the server trusts its loopback tests,
 it only checks whom a call's token is for.
 
-Its one tool, `whoami`, answers the `sub` of the token it was called with.
+Its tools, `whoami` (a read) and `note` (a write), answer the `sub` of the token they were called with.
 """
 
 from __future__ import annotations
@@ -130,7 +130,10 @@ async def list_tools(ctx: ServerRequestContext[Any], params: types.PaginatedRequ
     return types.ListToolsResult(tools=[types.Tool(
         name="whoami", description="The subject of the token this call came with.",
         input_schema={"type": "object", "properties": {}},
-        annotations=types.ToolAnnotations(read_only_hint=True))])
+        annotations=types.ToolAnnotations(read_only_hint=True)), types.Tool(
+        name="note", description="Writes a note (a write the gateway fences by its idempotency key).",
+        input_schema={"type": "object", "properties": {"text": {"type": "string"}}},
+        annotations=types.ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False))])
 
 
 async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> types.CallToolResult:
