@@ -12,7 +12,7 @@ The caller's own token is never sent anywhere but to the provider's token endpoi
 
 Tokens are cached per (principal, upstream) -- one `UpstreamCredentials` per upstream, keyed by
 principal inside -- until shortly before they expire (`refresh_before_seconds`, at most half the
-token's lifetime). The cache is a bounded LRU dict (`max_cached_tokens`, each entry with its own
+token's lifetime), and an exchanged token never past the `exp` of the caller's token it came from. The cache is a bounded LRU dict (`max_cached_tokens`, each entry with its own
 expiry, so not a `cachetools.TTLCache` with one TTL for all). Concurrent requests for the same
 key share one token request (single flight). A token is a `Bearer`, whose repr hides it; nothing
 here logs a token.
@@ -153,7 +153,7 @@ class UpstreamCredentials:
                 self.name, f"this upstream takes each caller's own identity (auth.mode token_exchange), and "
                 f"principal {caller.principal!r} has no OAuth access token to exchange (a static token or no "
                 "authentication); call it with an access token from the identity provider")
-        return await self._get(caller.principal, lambda: self._exchange(subject))
+        return await self._get(caller.principal, lambda: self._exchange(subject), not_after=caller.expires_at)
 
     def forget(self, caller: Identity | None) -> None:
         """Drop a cached token the upstream refused (HTTP 401): the next call asks for a new one."""
@@ -168,13 +168,13 @@ class UpstreamCredentials:
 
     # -- the cache and the single flight ---------------------------------------------------------
 
-    async def _get(self, key: str, fetch: Callable[[], Any]) -> Bearer:
+    async def _get(self, key: str, fetch: Callable[[], Any], not_after: float | None = None) -> Bearer:
         cached = self._tokens.get(key)
         if cached is not None:
             return cached
         task = self._inflight.get(key)
         if task is None:
-            task = asyncio.get_running_loop().create_task(self._fetch_into(key, fetch))
+            task = asyncio.get_running_loop().create_task(self._fetch_into(key, fetch, not_after))
             self._inflight[key] = task
             task.add_done_callback(lambda done: self._landed(key, done))
         # Shielded: a caller that goes away does not cancel the request the others wait on.
@@ -186,10 +186,14 @@ class UpstreamCredentials:
         if not task.cancelled():
             task.exception()  # retrieved: a failure nobody waits for any more is not reported as unhandled
 
-    async def _fetch_into(self, key: str, fetch: Callable[[], Any]) -> Bearer:
+    async def _fetch_into(self, key: str, fetch: Callable[[], Any], not_after: float | None) -> Bearer:
         token, lifetime = await fetch()
         bearer = Bearer(token)
         renew_in = lifetime - min(self._auth.refresh_before_seconds, lifetime / 2)
+        if not_after is not None:
+            # Never reused past the caller's own token (its `exp`, wall clock): a later call brings a
+            # newer one, exchanged again.
+            renew_in = min(renew_in, not_after - time.time())
         self._tokens.put(key, _Cached(bearer, self._clock() + renew_in))
         return bearer
 

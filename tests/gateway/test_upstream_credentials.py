@@ -283,6 +283,20 @@ async def test_the_cache_is_bounded_least_recently_used_first(setup: Setup) -> N
     assert setup.idp.grants(TOKEN_EXCHANGE) == before + 3
 
 
+async def test_an_exchanged_token_is_not_reused_past_the_caller_s_own_token(setup: Setup) -> None:
+    credentials = _credentials(setup, "people")  # its tokens live 120 s, reused for 90 s
+    alice = Identity("alice", token=setup.login("alice"), expires_at=time.time() + 1.0)
+    before = setup.idp.grants(TOKEN_EXCHANGE)
+    try:
+        first = await credentials.bearer(alice)
+        assert await credentials.bearer(alice) == first
+        await asyncio.sleep(1.2)
+        assert await credentials.bearer(alice) != first
+    finally:
+        await credentials.aclose()
+    assert setup.idp.grants(TOKEN_EXCHANGE) == before + 2
+
+
 async def test_a_caller_without_a_token_gets_no_exchange_and_a_clear_error(setup: Setup) -> None:
     credentials = _credentials(setup, "people")
     before = setup.idp.stats()
