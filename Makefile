@@ -46,11 +46,14 @@ chromium:
 # The test identity provider (tests/support/idp: oidc-provider, pinned by its package-lock.json), for
 # the auth tests; installed again when the lock file changes. tests/support/idp.py installs it too
 # when missing; without node/npm those tests skip and say why.
+# The MCP TypeScript SDK client of the same tests (tests/support/ts_client) is installed with it.
 IDP_DIR := tests/support/idp
+TS_CLIENT_DIR := tests/support/ts_client
 idp:
 	@if ! command -v npm >/dev/null 2>&1; then echo "make: no npm here: the identity provider tests will skip"; \
-	elif [ $(IDP_DIR)/node_modules/.package-lock.json -nt $(IDP_DIR)/package-lock.json ]; then :; \
-	else npm ci --prefix $(IDP_DIR) --no-audit --no-fund --prefer-offline; fi
+	else for dir in $(IDP_DIR) $(TS_CLIENT_DIR); do \
+	  if [ $$dir/node_modules/.package-lock.json -nt $$dir/package-lock.json ]; then :; \
+	  else npm ci --prefix $$dir --no-audit --no-fund --prefer-offline || exit 1; fi; done; fi
 
 # Static types of the gateway and the agent host ([tool.mypy] in pyproject.toml); ~6 s.
 typecheck: $(STAMP)

@@ -22,8 +22,10 @@ from .api.approvals_server import ApprovalsServer, bind_loopback
 from .api.guard import ApiGuardSettings, api_guard_settings
 from .api.host_api import host_app
 from .approvals.gate import ApprovalGate, ApprovalMode
-from .domain.credentials import agent_token, approver_token
+from .domain.credentials import agent_token, approver_token, issuer_settings
 from .domain.settings import resolve_settings
+from .gateway_client.credential import Credential, StaticToken
+from .gateway_client.issuer import IssuedToken, IssuerClient, load_login, login_path
 from .gateway_client.images import ImageLibrary, image_library
 from .gateway_client.tasks import HostTasks
 from .gateway_client.tools import GatewayToolSource
@@ -70,10 +72,37 @@ def _api_socket(args: argparse.Namespace, token: str | None) -> tuple[list[str],
     return approvers, bind_loopback(args.approvals_port), guard
 
 
+def gateway_credential(args: argparse.Namespace) -> Credential:
+    """The agent's gateway token: $DEX_AGENT_TOKEN / --token-file; or client credentials
+    ($DEX_AGENT_CLIENT_ID + $DEX_AGENT_CLIENT_SECRET / --client-secret-file) at the issuer; or the
+    login `dex-agent login` kept beside the store; or none."""
+    token = agent_token(args)
+    oauth = issuer_settings(args)
+    if oauth.client_secret:
+        if token:
+            raise ValueError("give either the agent's token or client credentials, not both")
+        if not oauth.client_id:
+            raise ValueError("client credentials need the client id ($DEX_AGENT_CLIENT_ID or --client-id)")
+        return IssuedToken(IssuerClient(oauth.issuer, oauth.client_id, oauth.client_secret), resource=args.gateway,
+                           scope=oauth.scope, token_endpoint=oauth.token_endpoint)
+    if token:
+        return StaticToken(token)
+    path = login_path(store_path(args.store))
+    record = load_login(path)
+    if record is None:
+        return StaticToken(None)
+    if record.resource != args.gateway:
+        raise ValueError(f"the login in {path} is for {record.resource}, not {args.gateway}: "
+                         f"run `dex-agent login --gateway {args.gateway}`")
+    return IssuedToken(IssuerClient(record.issuer, record.client_id), resource=record.resource, scope=record.scope,
+                       tokens=record.tokens, token_endpoint=record.token_endpoint, record_path=path)
+
+
 @asynccontextmanager
 async def open_host(args: argparse.Namespace, console: Console, setting_changes: dict[str, Any]) -> AsyncIterator[Host]:
     """The host for the command line `args` (and the session settings its flags change)."""
     token = agent_token(args)
+    credential = gateway_credential(args)
     hook = load_hook(args.continuation_hook) if args.continuation_hook else None
     api = _api_socket(args, token)
     async with AsyncExitStack() as stack:
@@ -100,8 +129,8 @@ async def open_host(args: argparse.Namespace, console: Console, setting_changes:
         console.others_can_answer = api is not None
         gate = ApprovalGate(store, mode, prompter=console, timeout_seconds=args.approval_timeout, on_card=console.approval_card)
         builtins = Builtins(store, ConsoleQuestioner(console), question_timeout=args.approval_timeout, api_answers=api is not None)
-        library = image_library(store_path(args.store), args.gateway, token)
-        tools = GatewayToolSource(args.gateway, token=token, call_timeout=args.call_timeout, images=library,
+        library = image_library(store_path(args.store), args.gateway, credential)
+        tools = GatewayToolSource(args.gateway, token=credential, call_timeout=args.call_timeout, images=library,
                                   tasks=HostTasks(store_path(args.store)))
         config = AgentConfig(max_model_calls=args.max_model_calls, **({"instructions": args.instructions} if args.instructions else {}))
         loop = TurnLoop(store, model, tools, gate, builtins, config, console, models=resolve, continuation=hook, images=library)

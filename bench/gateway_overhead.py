@@ -58,7 +58,8 @@ SCRATCH_LAUNCHER = (
     "sys.meta_path[:] = [f for f in sys.meta_path if not getattr(f, '__module__', '').startswith('__editable__')]; "
     "import gateway; assert gateway.__file__.startswith(d), gateway.__file__; "
     "import importlib, importlib.util; "
-    "name = 'gateway.cli.main' if importlib.util.find_spec('gateway.cli.main') else 'gateway.cli'; "
+    "cli = importlib.import_module('gateway.cli'); "
+    "name = 'gateway.cli.main' if hasattr(cli, '__path__') else 'gateway.cli'; "
     "main = importlib.import_module(name).main; "  # gateway/cli/main.py, or an older gateway/cli.py
     "sys.argv[0] = 'dex-gateway'; sys.exit(main())"
 )

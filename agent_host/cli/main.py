@@ -1,4 +1,4 @@
-"""`dex-agent`: chat, run, resume, demo, sessions, approvals.
+"""`dex-agent`: chat, run, resume, demo, login, logout, sessions, approvals.
 
 Every expected failure is one line on stderr, `dex-agent: <what went wrong>`, and a non-zero
 exit: 2 for a usage or setup error (caught before a turn starts), 1 for a failed turn or an
@@ -15,10 +15,11 @@ from collections.abc import Sequence
 
 from ..api.guard import add_api_guard_args
 from ..approvals.gate import DEFAULT_APPROVAL_TIMEOUT_SECONDS
-from ..domain.credentials import RemovedFlag, add_approver_token_args, add_token_args
+from ..domain.credentials import RemovedFlag, add_approver_token_args, add_issuer_args, add_token_args
 from ..gateway_client.connection import describe
 from . import admin as cli_admin
 from . import chat as cli_chat
+from . import login as cli_login
 from . import run as cli_run
 from . import settings as cli_settings
 from .images import add_image_args
@@ -94,6 +95,17 @@ def _parser() -> argparse.ArgumentParser:
     _agent_args(demo, demo=True)
     demo.set_defaults(run=cli_run.run, message=DEMO_QUESTION)
 
+    login = sub.add_parser("login", help="sign in at the gateway's issuer from this terminal (device login); "
+                                         "the token is kept beside the store")
+    _store_arg(login)
+    login.add_argument("--gateway", default=os.environ.get(GATEWAY_ENV, DEFAULT_GATEWAY),
+                       help=f"gateway MCP URL: the token's audience (default ${GATEWAY_ENV} or {DEFAULT_GATEWAY})")
+    add_issuer_args(login, secret=False)
+    login.set_defaults(run=cli_login.login)
+    logout = sub.add_parser("logout", help="revoke the kept login at the issuer and delete it")
+    _store_arg(logout)
+    logout.set_defaults(run=cli_login.logout)
+
     sessions = sub.add_parser("sessions", help="list or show stored sessions")
     ssub = sessions.add_subparsers(dest="sessions_command", required=True, parser_class=_Parser)
     slist = ssub.add_parser("list")
@@ -144,6 +156,7 @@ def _agent_args(parser: argparse.ArgumentParser, demo: bool = False) -> None:
     _store_arg(parser)
     parser.add_argument("--gateway", default=os.environ.get(GATEWAY_ENV, DEFAULT_GATEWAY), help=f"gateway MCP URL (default ${GATEWAY_ENV} or {DEFAULT_GATEWAY})")
     add_token_args(parser)
+    add_issuer_args(parser)
     parser.add_argument("--model", default=None,
                         help="scripted | scripted:module:function | openai:<model> (default: the session's model, else scripted)")
     parser.add_argument("--openai-base-url", help="OpenAI-compatible base URL (default $DEX_AGENT_OPENAI_BASE_URL, $OPENAI_BASE_URL or api.openai.com); the key comes from $DEX_AGENT_OPENAI_API_KEY or $OPENAI_API_KEY")

@@ -19,6 +19,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from ..domain.credentials import TOKEN_ENV, TOKEN_FILE_FLAG
+from .credential import Credential, CredentialError, StaticToken, as_credential
 
 _REFUSED = frozenset({401, 403})
 
@@ -55,29 +56,34 @@ class GatewayConnection:
     def __init__(
         self,
         url: str,
-        token: str | None,
+        token: str | Credential | None,
         connect_timeout: float = 30.0,
         call_timeout: float = 60.0,
         connect_attempts: int = 3,
     ) -> None:
         self.url = url
-        self.token = token
+        self.credential = as_credential(token)
         self.call_timeout = call_timeout
         self._connect_timeout = connect_timeout
         self._connect_attempts = connect_attempts
 
     def _refused(self, status: int, exc: BaseException) -> GatewayRefused:
-        how = "without a token" if not self.token else "with the agent's token"
+        credential = self.credential
+        static = isinstance(credential, StaticToken)
+        how = "without a token" if isinstance(credential, StaticToken) and not credential.token else f"with {credential.described}"
         detail = describe(exc).removeprefix("MCPError: ")
-        return GatewayRefused(
-            f"the gateway at {self.url} refused the connection {how} (HTTP {status}: {detail}); "
-            f"set ${TOKEN_ENV} or {TOKEN_FILE_FLAG} to a token the gateway accepts"
-        )
+        fix = (f"set ${TOKEN_ENV} or {TOKEN_FILE_FLAG} to a token the gateway accepts" if static else
+               "check that the issuer is one the gateway trusts and that the token's scope is enough")
+        return GatewayRefused(f"the gateway at {self.url} refused the connection {how} (HTTP {status}: {detail}); {fix}")
 
     @asynccontextmanager
     async def session(self) -> AsyncIterator[Client]:
         """An initialized MCP session; GatewayUnavailable when no attempt could connect."""
-        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        try:
+            token = await self.credential.bearer()
+        except CredentialError as exc:
+            raise GatewayRefused(f"no token for the gateway at {self.url}: {exc}") from None
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
         timeout = httpx2.Timeout(self._connect_timeout, read=self.call_timeout + 5)
         last: BaseException | None = None
         for _ in range(self._connect_attempts):

@@ -36,6 +36,7 @@ from gateway.media.formats import image_type
 from ..domain import texts
 from ..domain.safe_text import terminal_text
 from ..models.base import ModelRequest
+from .credential import Credential, CredentialError, as_credential
 
 __all__ = ["ImageLibrary", "ImageReference", "block_text", "image_line", "references_in"]
 
@@ -85,12 +86,12 @@ def image_line(n: int, reference: ImageReference) -> str:
 class ImageLibrary:
     """The host's images: its own store (user and inline images) and the gateway's media route."""
 
-    def __init__(self, root: Path, gateway_url: str | None = None, token: str | None = None,
+    def __init__(self, root: Path, gateway_url: str | None = None, token: str | Credential | None = None,
                  *, rules: ImageRules | None = None, timeout_seconds: float = 30.0) -> None:
         self.rules = rules or ImageRules()
         self._store = LocalMediaStore(root, self.rules.max_image_bytes)
         self._origin = _origin(gateway_url) if gateway_url else None
-        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._credential = as_credential(token)
         self._timeout = timeout_seconds
         self._opened = False
 
@@ -142,7 +143,13 @@ class ImageLibrary:
         wanted = {r.sha256: r for r in references}
         if not wanted:
             return loaded
-        async with httpx.AsyncClient(headers=self._headers, timeout=self._timeout) as http:
+        try:
+            token = await self._credential.bearer()
+        except CredentialError as exc:
+            log.warning("images: no token for the gateway's media: %s", exc)
+            token = None
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        async with httpx.AsyncClient(headers=headers, timeout=self._timeout) as http:
             for sha256, reference in wanted.items():
                 try:
                     loaded[sha256] = await self._bytes(http, reference)
@@ -178,6 +185,6 @@ def _origin(url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}"
 
 
-def image_library(store: Path, gateway_url: str, token: str | None) -> ImageLibrary:
+def image_library(store: Path, gateway_url: str, token: str | Credential | None) -> ImageLibrary:
     """The host's images: its own directory next to the session store, and the gateway's /media."""
     return ImageLibrary(store.with_name(store.stem + "-media"), gateway_url, token)

@@ -30,6 +30,7 @@ from gateway.conventions.outcomes import (
 from ..domain import texts
 from ..domain.records import CallStatus
 from .cancel_guard import TransportCancelled, outside_transport_cancels
+from .credential import Credential
 from .connection import GatewayConnection, GatewayRefused, GatewayUnavailable, describe
 from .images import ImageLibrary, ImageReference, block_text, references_in
 from .reissue import PriorAttempts, give_up, plan_attempts, resolve
@@ -143,7 +144,7 @@ class GatewayToolSource:
     def __init__(
         self,
         url: str,
-        token: str | None = None,
+        token: str | Credential | None = None,
         connect_timeout: float = 30.0,
         call_timeout: float = 60.0,
         connect_attempts: int = 3,

@@ -10,11 +10,11 @@ import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator,
-)
+from pydantic import AfterValidator, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from ..conventions.keys import Effect
+from .policy import PolicyConfig
+from .strict import Strict
 from .ops import RateConfig, RateLimitsConfig, TelemetryConfig
 from .env import apply_env_overrides
 from ..errors import ConfigError
@@ -25,7 +25,7 @@ from ..storage.media_urls import parse_media_store_url
 from .yaml_source import SourceError, SourcedDocument, dotted, expand_env, load_file, load_yaml
 
 __all__ = [
-    "CONFIG_ENV_VAR", "DEFAULT_CONFIG_PATH", "AuthConfig", "ConnectorsConfig", "FencesConfig",
+    "CONFIG_ENV_VAR", "DEFAULT_CONFIG_PATH", "AuthConfig", "PolicyConfig", "ConnectorsConfig", "FencesConfig",
     "GatewayConfig", "HttpUpstreamConfig", "MediaConfig", "OAuthConfig", "RateConfig", "RateLimitsConfig", "RootConfig",
     "ServerConfig", "StdioUpstreamConfig", "TasksConfig", "TelemetryConfig", "TokenConfig",
     "ToolPolicyConfig", "UpstreamConfig",
@@ -37,8 +37,7 @@ DEFAULT_CONFIG_PATH = "config/gateway.yaml"
 CONFIG_ENV_VAR = "DEX_GATEWAY_CONFIG"
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+_Strict = Strict
 
 
 class ServerConfig(_Strict):
@@ -359,6 +358,8 @@ class GatewayConfig(_Strict):
     tasks: TasksConfig = Field(default_factory=TasksConfig)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     rate_limits: RateLimitsConfig = Field(default_factory=RateLimitsConfig)
+    # Rules over the call: tool, arguments, principal, claims (gateway/config/policy.py, docs/policy.md).
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)
 
     @field_validator("auth", mode="before")
     @classmethod
@@ -420,6 +421,17 @@ class GatewayConfig(_Strict):
             for j, name in enumerate(oauth.default.upstreams or () if oauth.default else ()):
                 if name not in names:
                     raise _PathedError(("auth", "oauth", "default", "upstreams", j), f"no upstream is named {name!r}")
+        return self
+
+    @model_validator(mode="after")
+    def _unique_rule_names(self) -> "GatewayConfig":
+        # Logs and metrics name the rule that denied a call: one name, one rule.
+        first: dict[str, int] = {}
+        for i, rule in enumerate(self.policy.rules):
+            if rule.name in first:
+                raise _PathedError(("policy", "rules", i, "name"),
+                                   f"duplicate rule name {rule.name!r} (also policy.rules.{first[rule.name]})")
+            first[rule.name] = i
         return self
 
     @model_validator(mode="after")

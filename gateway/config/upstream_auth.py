@@ -18,9 +18,10 @@ from __future__ import annotations
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from .grants import check_env_name
+from .strict import Strict
 
 __all__ = ["UpstreamAuthConfig", "check_loopback_http"]
 
@@ -36,9 +37,7 @@ def check_loopback_http(url: str, what: str) -> str:
     raise ValueError(f"{what} must be an https:// URL (http:// only on loopback), not {url!r}")
 
 
-class UpstreamAuthConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class UpstreamAuthConfig(Strict):
     mode: Literal["static", "client_credentials", "token_exchange"] = "static"
     # Where tokens come from: the issuer's metadata (openid-configuration, else
     # oauth-authorization-server) names the token endpoint, or the endpoint is given.

@@ -27,6 +27,7 @@ from ..config.model import GatewayConfig
 from ..media.serving import MediaReader
 from ..pipeline.passthrough import Passthrough
 from ..protocol import SERVER_INFO
+from ..auth.policy import NO_POLICY, Policy
 from ..auth.scope import PrincipalScope
 from ..pipeline.subscriptions import ResourceWatch
 from ..tasks import Tasks
@@ -53,6 +54,9 @@ class Front:
     server: GatewayServer
     manager: StreamableHTTPSessionManager
     listen: ListenStreams  # closed at drain and shutdown: open subscriptions/listen streams end gracefully
+    # tools/call and tools/list below authentication, for an Identity (what both entries call).
+    tool_calls: ToolCalls | None = None
+    listing: ToolListing | None = None
 
 
 def build_front(
@@ -68,10 +72,11 @@ def build_front(
     *,
     telemetry: Telemetry | None = None,
     parking: Parking | None = None,
+    policy: Policy = NO_POLICY,
 ) -> Front:
     server_info = SERVER_INFO
     tool_calls = ToolCalls(pipeline, server_info)
-    listing = ToolListing(catalog, scope, server_info)
+    listing = ToolListing(catalog, scope, server_info, policy)
     passthrough = Passthrough(catalog, upstreams, scope, media)
     listen = ListenStreams(events, watch, scope)
     parts = FrontParts(catalog, passthrough, tool_calls, listing, events.sessions, watch, listen, dict(server_info), tasks,
@@ -103,5 +108,5 @@ def build_front(
             endpoint, tool_calls, listing, catalog, handshake_era=not server_cfg.stateful,
             tracer=tracer,
         )
-    return Front(app=endpoint, server=server, manager=manager, listen=listen)
+    return Front(app=endpoint, server=server, manager=manager, listen=listen, tool_calls=tool_calls, listing=listing)
 

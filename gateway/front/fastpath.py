@@ -38,7 +38,7 @@ from ..pipeline.catalog import Catalog
 from ..errors import RequestError
 from ..protocol import HANDSHAKE_VERSIONS, MODERN_VERSIONS, Era
 from ..telemetry.tracing import NO_FRONT_SPAN, FrontSpan, front_span, trace_headers
-from ..auth.principals import ANONYMOUS, PRINCIPAL_SCOPE_KEY, identity_of
+from ..auth.principals import identity_of
 from .relays import StreamRelay
 from ..http.requests import PARSED_MESSAGE
 from .tools import ToolCalls, ToolListing, parse_tool_call
@@ -90,11 +90,10 @@ class FastPath:
             # Not ours: the SDK sees the request exactly as it came (and answers any error).
             await self._app(scope, receive, send)
             return
-        principal = str(scope.get(PRINCIPAL_SCOPE_KEY, ANONYMOUS))
         request_id = message["id"]
         if message["method"] == "tools/list":
             with self._traced(scope, message, version, None):
-                result = await self._listing.encoded(principal, era=era)
+                result = await self._listing.encoded(identity_of(scope), era=era)
                 head = b'{"jsonrpc":"2.0","id":' + encode_message(request_id, era=era) + b',"result":'
                 await _Exchange(send, era).finish(head + result + b"}", 200)
             return

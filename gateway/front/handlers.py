@@ -144,7 +144,7 @@ class _Handlers:
                 self._p.sessions.watch_task(ctx, result["task"])  # a CreateTaskResult: tell of its changes
             return result
         if ctx.method == "tools/list":
-            return await self._p.listing.result(_principal(ctx), era=era)
+            return await self._p.listing.result(_identity(ctx), era=era)
         if ctx.method in ("prompts/get", "resources/read"):
             return await self._interactive(ctx, call_next, era)
         if ctx.method in TASK_METHODS and self._p.tasks is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 
@@ -22,6 +22,7 @@ from ..pipeline.stages import Answered, InputRound, TaskCreated, ToolCall
 from ..errors import RequestError
 from ..protocol import Era, Result
 from ..upstreams.relay import CallRelay
+from ..auth.policy import NO_POLICY, Policy
 from ..auth.principals import Identity
 from ..auth.scope import PrincipalScope
 from .wire import encode_message, list_result, result_wire, tool_result
@@ -29,6 +30,9 @@ from .wire import encode_message, list_result, result_wire, tool_result
 __all__ = ["ToolCallRequest", "ToolCalls", "ToolListing", "parse_tool_call"]
 
 logger = logging.getLogger(__name__)
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,35 +96,65 @@ class ToolCalls:
 
 class ToolListing:
     """The merged `tools/list` result, built and encoded once per catalog version, principal
-    scope and era (1,000 tools are a 300 KB answer: never rebuilt per request)."""
+    scope, set of tools the policy hides, and era (1,000 tools are a 300 KB answer: never rebuilt
+    per request).
 
-    def __init__(self, catalog: Catalog, scope: PrincipalScope, server_info: Mapping[str, Any]) -> None:
+    A tool that a deny rule refuses this caller without reading the arguments is left out
+    (gateway/auth/policy.py). Which tools are hidden is worked out once per policy key (only what
+    such rules read of the caller: the principal, the claims they name, the scopes) and kept as a
+    small set; callers whose hidden sets are equal share one encoded listing, so many callers from
+    an identity provider do not make many copies of it. Both maps keep at most `max_entries` (the
+    oldest goes first)."""
+
+    def __init__(self, catalog: Catalog, scope: PrincipalScope, server_info: Mapping[str, Any],
+                 policy: Policy = NO_POLICY, *, max_entries: int = 1024) -> None:
         self._catalog = catalog
         self._scope = scope
+        self._policy = policy
         self._server_info = server_info
+        self._max_entries = max_entries
         self._version: object = None
-        self._cache: dict[tuple[Any, Era], tuple[dict[str, Any], bytes]] = {}
+        self._hidden: dict[tuple[Any, Any], frozenset[str]] = {}
+        self._cache: dict[tuple[Any, frozenset[str], Era], tuple[dict[str, Any], bytes]] = {}
 
-    async def result(self, principal: str, *, era: Era) -> dict[str, Any]:
+    async def result(self, identity: Identity, *, era: Era) -> dict[str, Any]:
         """The result dict (a fresh top level: callers may add to it)."""
-        return dict((await self._entry(principal, era))[0])
+        return dict((await self._entry(identity, era))[0])
 
-    async def encoded(self, principal: str, *, era: Era) -> bytes:
+    async def encoded(self, identity: Identity, *, era: Era) -> bytes:
         """The result as JSON bytes, encoded as this era's transport encodes results."""
-        return (await self._entry(principal, era))[1]
+        return (await self._entry(identity, era))[1]
 
-    async def _entry(self, principal: str, era: Era) -> tuple[dict[str, Any], bytes]:
+    async def _entry(self, identity: Identity, era: Era) -> tuple[dict[str, Any], bytes]:
         version, routes = await self._catalog.tools_snapshot()
         if version != self._version:
-            self._version, self._cache = version, {}
-        key = (self._scope.key(principal), era)
+            self._version, self._hidden, self._cache = version, {}, {}
+        principal = identity.principal
+        scope_key = self._scope.key(principal)
+        hidden = frozenset[str]()
+        if self._policy.enabled:
+            hidden_key = (scope_key, self._policy.listing_key(identity))
+            found = self._hidden.get(hidden_key)
+            if found is None:
+                found = frozenset(r.name for r in routes if self._scope.may_use_tool(principal, r.name, r.upstream)
+                                  and self._policy.hides(identity, r.name, r.upstream))
+                _bounded_put(self._hidden, hidden_key, found, self._max_entries)
+            hidden = found
+        key = (scope_key, hidden, era)
         entry = self._cache.get(key)
         if entry is None:
-            tools = [_for_era(r.definition, era) for r in routes if self._scope.may_use_tool(principal, r.name, r.upstream)]
+            tools = [_for_era(r.definition, era) for r in routes
+                     if r.name not in hidden and self._scope.may_use_tool(principal, r.name, r.upstream)]
             result = list_result("tools", tools, era=era, server_info=self._server_info)
             entry = (result, encode_message(result, era=era))
-            self._cache[key] = entry
+            _bounded_put(self._cache, key, entry, self._max_entries)
         return entry
+
+
+def _bounded_put(cache: dict[K, V], key: K, value: V, limit: int) -> None:
+    if len(cache) >= limit:
+        del cache[next(iter(cache))]
+    cache[key] = value
 
 
 def _for_era(definition: dict[str, Any], era: Era) -> dict[str, Any]:

@@ -4,7 +4,11 @@
           -> tasks (the task stage: a task created, or the call runs plain) -> the tail -> the round rule
           -> TaskCreated | Answered | InputRound (gateway/pipeline/stages.py)
 
-    the tail: policy -> rate limit -> fence (claim / replay / unknown) -> dispatch (attempts, with a
+    route: the catalog's tool, the principal's scope, then the policy's deny rules
+          (gateway/auth/policy.py): a tool out of scope or denied is answered as an unknown tool,
+          before anything is claimed or sent
+
+    the tail: rate limit -> a write without a key refused -> fence (claim / replay / unknown) -> dispatch (attempts, with a
           jittered wait before each re-send) -> check the upstream result -> outcome
           -> media (images -> references) -> result size limit -> fence (store) -> Answer
 
@@ -59,6 +63,7 @@ from .limits import answer_over_cap, over_result_limit
 from ..media.stage import MediaStage
 from ..media.validation import ImageRules
 from ..fences import FenceRejected, Fences, FenceUnknown, Proceed, Replay, Ticket
+from ..auth.policy import NO_POLICY, Policy
 from ..auth.principals import ANONYMOUS, Identity
 from .ratelimits import NO_LIMITS, RateLimits
 from ..upstreams.relay import CallRelay
@@ -94,9 +99,11 @@ class CallPipeline:
         telemetry: CallTelemetry = NO_CALL_TELEMETRY,
         limits: RateLimits = NO_LIMITS,
         parking: Parking | None = None,
+        policy: Policy = NO_POLICY,
     ) -> None:
         self._catalog = catalog
         self._scope = scope
+        self._policy = policy  # deny rules over the call (gateway/auth/policy.py)
         self._upstreams = upstreams
         self._fences = fences
         self._max_result_bytes = max_result_bytes
@@ -120,6 +127,7 @@ class CallPipeline:
         route = parked
         if route is None:
             route = await self._route(call)
+            self._check_policy(route, call)
             parking = self._parking
             if parking is not None and call.relay is not None and parking.takes(
                 call.era, call.relay, call.rounds, upstream_may_ask=self._upstream_may_ask(route, call)
@@ -184,6 +192,25 @@ class CallPipeline:
         if route is None or not self._scope.may_use_tool(call.principal, route.name, route.upstream):
             raise UnknownToolError(call.name)
         return route
+
+    def _check_policy(self, route: ToolRoute, call: ToolCall) -> None:
+        """Raise UnknownToolError when a deny rule refuses the call: answered exactly as a tool
+        that does not exist, before any fence, task or upstream byte. A task taken over from a
+        dead process is not checked again (`tail_settled`): its call was checked when it began."""
+        if not self._policy.enabled:
+            return
+        denial = self._policy.denial(call.identity, route.name, route.upstream, call.arguments)
+        if denial is None:
+            return
+        self._telemetry.policy_denied(denial.rule, denial.reason)
+        if denial.reason == "error":
+            # Fail closed: a rule that cannot be evaluated for this call denies it.
+            logger.warning("tools/call %s by %s: denied, policy rule %r could not be evaluated (%s)",
+                           route.name, call.principal, denial.rule, denial.detail)
+        else:
+            logger.info("tools/call %s by %s: denied by policy rule %r%s", route.name, call.principal, denial.rule,
+                        f" ({denial.message})" if denial.message else "")
+        raise UnknownToolError(call.name)
 
     async def tail_settled(self, call: ToolCall, *, fence_id: str | None, route: ToolRoute | None = None) -> Answer:
         """A call whose fence is already settled (a task holds it: gateway/tasks/): the tail without

@@ -9,7 +9,6 @@ each is a few attribute lookups.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -173,6 +172,11 @@ class CallTelemetry:
             span = _current_span()
             span.set_attribute(FENCE, state)
             span.set_attribute(REPLAYED, state == "replayed")
+
+    def policy_denied(self, rule: str, reason: str) -> None:
+        """A call denied by policy rule `rule` (reason: matched, or error: it could not be evaluated)."""
+        if self.metrics is not None:
+            self.child(self.metrics.policy_denials, rule, reason).inc()
 
     def attempt(self, route: "ToolRoute", attempt: int) -> "_AttemptScope":
         """One upstream attempt: enter before sending, set `event`, exit once it is known (its

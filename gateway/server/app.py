@@ -35,7 +35,7 @@ from ..storage.database import Database, opened
 from .drain import Drain
 from ..errors import UNAVAILABLE
 from ..fences import Fences, FenceStore, Owner, open_fence_store
-from ..front import ClientEvents, Sessions, build_front
+from ..front import ClientEvents, Front, Sessions, build_front
 from ..http.asgi import Refusal
 from ..http.auth import Authenticator, BearerAuth
 from ..front.events import ListenStreams
@@ -44,6 +44,7 @@ from ..http.resource_metadata import protected_resource_routes
 from ..media.runtime import Media, open_media
 from ..media.serving import MediaEndpoint
 from .operations import Operations
+from ..auth.policy import Policy
 from ..pipeline.limits import upstream_answer_cap
 from ..pipeline.subscriptions import ResourceWatch
 from ..protocol import SERVER_INFO, JsonObject
@@ -74,6 +75,8 @@ class Runtime:
     media: Media
     listen: ListenStreams
     tasks: Tasks | None = None
+    # The front below authentication: tools/call and tools/list for an Identity.
+    front: Front | None = None
     # Every upstream has been asked for its tools once (reported by /readyz, not gated on:
     # one hung upstream must not take a replica out of rotation).
     catalog_listed: bool = False
@@ -307,18 +310,19 @@ async def _build_runtime(
     for upstream in upstreams.values():
         upstream.resource_listeners.append(lambda uri: spawn("resource notifier", partial(events.resource_updated, uri)))
     scope = authenticator.scope  # OAuth principals' scope is bound from their claims as they authenticate
+    policy = Policy(config.policy)
     parking = Parking(tg)
     pipeline = CallPipeline(
         catalog, upstreams, fences, scope, max_result_bytes=config.server.max_result_bytes, media=media.stage,
         upstream_tasks=task_requests(config.tasks), telemetry=CallTelemetry.of(ops.telemetry), limits=ops.limits,
-        parking=parking,
+        parking=parking, policy=policy,
     )
     tasks = start_tasks(config.tasks, task_store, tg, pipeline=pipeline, fences=fences,
                         upstreams=upstreams, server_info=SERVER_INFO, supervisor=supervisor)
     if tasks is not None:
         pipeline.add_task_stage(tasks)
     front = build_front(config, catalog, pipeline, upstreams, scope, events, watch, media.reader, tasks,
-                        telemetry=ops.telemetry, parking=parking)
+                        telemetry=ops.telemetry, parking=parking, policy=policy)
     ops.drain.watch_streams(front.listen)
 
     async def connectors_changed() -> None:
@@ -340,6 +344,7 @@ async def _build_runtime(
         listen=front.listen,
         tasks=tasks,
         supervisor=supervisor,
+        front=front,
     )
 
 

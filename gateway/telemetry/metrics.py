@@ -109,6 +109,11 @@ class GatewayMetrics:
         self.rate_limited = Counter(
             "dex_gateway_rate_limited", "calls refused by a rate limit (nothing sent)", ["limit"], registry=registry
         )
+        self.policy_denials = Counter(
+            "dex_gateway_policy_denials",
+            "calls denied by a policy rule (nothing sent), by rule and reason (matched, error: fail closed)",
+            ["rule", "reason"], registry=registry,
+        )
         self.notifications_dropped = Counter(
             "dex_gateway_upstream_notifications_dropped",
             "progress (coalesced) and log notifications of calls not delivered to a slow client, by upstream and kind",

@@ -66,7 +66,8 @@ class Proc:
         terminate(self.process)
 
 
-SECRET_ENVS = ("DEX_AGENT_TOKEN", "DEX_APPROVER_TOKEN")
+SECRET_ENVS = ("DEX_AGENT_TOKEN", "DEX_APPROVER_TOKEN", "DEX_AGENT_CLIENT_SECRET", "DEX_AGENT_CLIENT_ID",
+               "DEX_AGENT_ISSUER", "DEX_AGENT_TOKEN_ENDPOINT")
 
 
 def child_env(env: dict[str, str] | None = None) -> dict[str, str]:

@@ -266,7 +266,7 @@ class Idp:
     resources: dict[str, dict[str, Any]] = field(default_factory=dict)  # url -> {scope, format, ttl, alg}
     signing_alg: Literal["RS256", "ES256"] = "RS256"
     exchange_subject_audiences: dict[str, list[str]] = field(default_factory=dict)
-    ready_timeout: float = 20.0
+    ready_timeout: float = 60.0
     issuer: str = ""
     log: list[str] = field(default_factory=list, repr=False)  # the provider's stderr
     _registered: dict[str, IdpClient] = field(default_factory=dict, repr=False)  # by dynamic registration
@@ -450,13 +450,18 @@ class Idp:
         if started.status_code != 200:
             raise IdpError(f"device authorization refused: {started.status_code} {started.text}")
         device = started.json()
+        self.approve_device(device["verification_uri"], device["user_code"], user=user)
+        return self.token_request(client, {"grant_type": DEVICE_CODE, "device_code": device["device_code"]})
+
+    def approve_device(self, verification_uri: str, user_code: str, *, user: str = "alice") -> None:
+        """A person at a browser: opens `verification_uri`, enters and confirms `user_code`, signs
+        in as `user` and allows (what a device client told the person to do)."""
         with httpx.Client(timeout=10) as browser:
-            page = browser.get(device["verification_uri"])
+            page = browser.get(verification_uri)
             xsrf = _hidden(page.text, "xsrf")
-            confirm = browser.post(device["verification_uri"], data={"xsrf": xsrf, "user_code": device["user_code"]})
+            confirm = browser.post(verification_uri, data={"xsrf": xsrf, "user_code": user_code})
             xsrf = _hidden(confirm.text, "xsrf")
-            answer = browser.post(device["verification_uri"],
-                                  data={"xsrf": xsrf, "user_code": device["user_code"], "confirm": "yes"})
+            answer = browser.post(verification_uri, data={"xsrf": xsrf, "user_code": user_code, "confirm": "yes"})
             walker = self.browser(user)
             while not (answer.status_code == 200 and "Sign-in Success" in answer.text):
                 step = walker._step(answer)
@@ -464,7 +469,6 @@ class Idp:
                     raise IdpError(f"the device flow redirected to a client: {step}")
                 method, url, data = step
                 answer = browser.request(method, url, data=data)
-        return self.token_request(client, {"grant_type": DEVICE_CODE, "device_code": device["device_code"]})
 
     def exchange_token(self, subject_token: str, resource: str, *, scope: str | None = None,
                        client: str = EXCHANGER, audience: str | None = None) -> dict[str, Any]:

@@ -87,7 +87,9 @@ function resourceServerInfo(config, indicator) {
   return {
     scope: declared?.scope ?? config.resource_scope ?? 'mcp',
     audience: indicator,
-    accessTokenTTL: declared?.ttl ?? config.access_token_ttl ?? 600,
+    // Only a declared TTL here: otherwise the ttl functions below choose (client credentials
+    // tokens then get client_credentials_ttl, user tokens access_token_ttl).
+    ...(declared?.ttl ? { accessTokenTTL: declared.ttl } : {}),
     accessTokenFormat: declared?.format || 'jwt',
     jwt: { sign: { alg } },
   };
