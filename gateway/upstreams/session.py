@@ -23,7 +23,8 @@ Errors raised by `request` (gateway/errors.py), as the outcome rules read them:
 
 * `UpstreamNotSent` -- the request provably never reached the upstream: the channel sent no
   byte of it, the negotiation failed or timed out before it, the session is closed, or the
-  upstream twice answered 404 for a fresh session.
+  upstream twice answered 404 for a fresh session, or it refused the credentials (HTTP 401:
+  `UpstreamUnauthorized`), or no token could be had for it (gateway/upstreams/credentials.py).
 * `UpstreamInterrupted` -- it may have reached the upstream and no usable answer came (the
   channel broke after sending, the call timed out, an unreadable or oversized answer).
 * `UpstreamRpcError` -- the upstream answered with a JSON-RPC error.

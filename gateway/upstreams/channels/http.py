@@ -17,6 +17,13 @@ raises `SessionLost` (the upstream did not process the request). 2026-07-28 requ
 `RequestMaybeSent` -> `UpstreamInterrupted`, and `ResponseTooLarge` -> `UpstreamAnswerTooLarge`
 (an answer, or one SSE event, over the cap, read no further). An HTTP error status without a
 JSON-RPC error body, a body that is not JSON, or a stream without an answer: `UpstreamInterrupted`.
+A 401 (or a 403 with a Bearer challenge) is `UpstreamUnauthorized`, a kind of `UpstreamNotSent`:
+the upstream refused the credentials before running anything; its text names the upstream's
+challenge (error, scope, resource_metadata).
+
+Authorization: a request's own token (`bearer`: a caller's exchanged token) if it has one, else the
+gateway's own for this upstream (`credentials`, auth.mode client_credentials or token_exchange;
+gateway/upstreams/credentials.py), else the configured headers (auth.mode static).
 """
 
 from __future__ import annotations
