@@ -29,12 +29,12 @@ from gateway.auth.principals import Identity
 from gateway.config.model import HttpUpstreamConfig
 from gateway.errors import UpstreamNotSent
 from gateway.upstreams.credentials import UpstreamCredentials
-from tests.gateway.helpers import KEY, OUTCOME, connect, meta_of, new_key, text_of
+from tests.gateway.helpers import KEY, OUTCOME, connect, mcp_errors, meta_of, new_key, text_of
 from tests.support.gateway import RunningGateway, http_upstream, start_gateway, write_config
 from tests.support.idp import EXCHANGER, TOKEN_EXCHANGE, Idp, IdpClient, default_clients
 from tests.support.processes import spawn_listening, terminate
 from tests.support.servers import REPO_ROOT, STATE_DIR_ENV, free_port
-from tests.support.token_server import SCRIPT_PATH, claims_of, read_records
+from tests.support.token_server import ME, SCRIPT_PATH, claims_of, read_records
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
 
@@ -236,6 +236,26 @@ async def test_an_upstream_401_is_a_clear_failure_naming_its_requirement_never_u
     assert "/.well-known/oauth-protected-resource/mcp" in text  # the upstream's resource metadata
     assert meta.get(OUTCOME) != "unknown"
     assert len(robot.calls()[seen:]) == 1  # refused once, never sent again
+
+
+async def test_a_resource_is_read_with_the_caller_s_exchanged_token(setup: Setup) -> None:
+    """`resources/read` goes like a call: alice's exchanged token; a static principal gets a clear
+    error and nothing reaches the upstream. (Every upstream here serves whoami://me; the first in
+    config order, `people`, serves it.)"""
+    people = setup.upstreams["people"]
+    seen = len(read_records(people.state))
+    async with connect(setup.gateway.url, MODERN, token=setup.login("alice")) as client:
+        result = await client.read_resource(ME)
+    assert [getattr(c, "text", None) for c in result.contents] == ["read by alice"]
+    (record,) = [r for r in read_records(people.state)[seen:] if r["method"] == "resources/read"]
+    assert setup.idp.verify(bearer_of(record), audience=people.url)["sub"] == "alice"
+    seen = len(read_records(people.state))
+    with pytest.raises(BaseException) as refused:
+        async with connect(setup.gateway.url, MODERN, token=STATIC_TOKEN) as client:
+            await client.read_resource(ME)
+    (error,) = mcp_errors(refused.value)
+    assert "nothing was sent to the upstream 'people'" in str(error) and "has no OAuth access token" in str(error)
+    assert [r for r in read_records(people.state)[seen:] if r["method"] == "resources/read"] == []
 
 
 def test_a_static_principal_token_is_never_forwarded(setup: Setup) -> None:

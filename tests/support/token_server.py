@@ -7,7 +7,7 @@ Every POST is recorded as one JSON line in `$DEX_EXAMPLE_STATE_DIR/authorization
 `{"method": ..., "name": ..., "authorization": ...}` (recorded before any check, so a refused
 request is recorded too; a call the gateway never sent is not). Without a bearer token it answers
 401 with `WWW-Authenticate: Bearer resource_metadata="<its metadata URL>"`. With
-`--check-audience`, a `tools/call` whose token's (unverified) JWT `aud` is not this server's URL
+`--check-audience`, a `tools/call` or `resources/read` whose token's (unverified) JWT `aud` is not this server's URL
 gets 401 `invalid_token` (listings take any bearer token): the server trusts its loopback tests,
 it only checks whom a call's token is for.
 
@@ -41,6 +41,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send  # noqa: E402
 
 SCRIPT_PATH = Path(__file__).resolve()
 RECORDS = "authorization.jsonl"
+ME = "whoami://me"  # its one resource: read, it answers the `sub` of the token it was read with
 
 
 def claims_of(token: str) -> dict[str, Any]:
@@ -99,7 +100,7 @@ class Recorder:
         if authorization is None or not authorization.startswith("Bearer "):
             await _unauthorized(send, f'Bearer resource_metadata="{metadata}"')
             return
-        if self.check_audience and parsed.get("method") == "tools/call":
+        if self.check_audience and parsed.get("method") in ("tools/call", "resources/read"):
             audience = claims_of(authorization[len("Bearer "):]).get("aud")
             audiences = audience if isinstance(audience, list) else [audience]
             if own_url not in audiences:
@@ -143,9 +144,23 @@ async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolReques
     return types.CallToolResult(content=[types.TextContent(text=f"called by {subject}")])
 
 
+async def list_resources(ctx: ServerRequestContext[Any],
+                         params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
+    return types.ListResourcesResult(resources=[types.Resource(name="me", uri=ME, mime_type="text/plain")])
+
+
+async def read_resource(ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+    request = ctx.request
+    authorization = request.headers.get("authorization", "") if request is not None else ""
+    subject = claims_of(authorization.removeprefix("Bearer ")).get("sub")
+    return types.ReadResourceResult(contents=[
+        types.TextResourceContents(uri=str(params.uri), text=f"read by {subject}", mime_type="text/plain")])
+
+
 async def serve(port: int, check_audience: bool) -> None:
     server: Server[Any] = Server("dex-test-token-server", version="0.1.0", on_list_tools=list_tools,
-                                 on_call_tool=call_tool)
+                                 on_call_tool=call_tool, on_list_resources=list_resources,
+                                 on_read_resource=read_resource)
     manager = StreamableHTTPSessionManager(app=server, stateless=True, json_response=True)
 
     @contextlib.asynccontextmanager
