@@ -249,11 +249,6 @@ class HttpUpstreamConfig(_UpstreamBase):
         if any(key.lower() == "authorization" for key in self.headers):
             raise ValueError(f"headers.Authorization cannot be used with auth.mode {mode}: the gateway sets "
                              "Authorization itself (remove the header, or use mode static)")
-        if mode == "token_exchange" and self.protocol != "2026-07-28":
-            raise ValueError(
-                "auth.mode token_exchange needs protocol: \"2026-07-28\" (each request independent, so each "
-                f"carries its caller's token); protocol {self.protocol!r} may open a handshake-era session, which "
-                "the upstream binds to the first caller's identity (docs/auth.md, \"Upstream credentials\")")
         return self
 
     @property

@@ -176,6 +176,13 @@ class UpstreamSession:
             raise UpstreamNotSent(self.name, "the connection is closed")
         for attempt in (1, 2):  # a second time only on a fresh session: the first was unknown upstream
             negotiated = await self._ready()
+            if bearer is not None and negotiated.session_id is not None:
+                # One session, opened with the gateway's own token, for every caller: an upstream that
+                # binds a session to who opened it would run this caller's request as someone else.
+                raise UpstreamNotSent(
+                    self.name, "this upstream keeps an MCP session (Mcp-Session-Id) for all callers, and auth.mode "
+                    "token_exchange sends each caller's own token, which a session cannot carry; speak to it "
+                    "with protocol 2026-07-28, or run it without sessions (docs/auth.md, \"Upstream credentials\")")
             notices = CallNotices(self._max_queued, self._on_drop) if relay is not None else None
             answer: Message = {}
             failure: Exception | None = None

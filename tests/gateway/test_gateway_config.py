@@ -195,19 +195,20 @@ upstreams:
 """,
         2, ["upstreams.0", "token_exchange needs an HTTP upstream"],
     ),
-    "upstream_token_exchange_needs_modern": (
+    "upstream_auth_with_an_authorization_header": (
         """\
 upstreams:
   - name: crm
     transport: streamable_http
     url: http://127.0.0.1:9/mcp
+    headers: {Authorization: "Bearer robot"}
     auth:
       mode: token_exchange
       issuer: http://127.0.0.1:9
       client_id: dex
-      client_secret_env: DEX_IDP_SECRET
+      client_secret_env: HOME
 """,
-        2, ["upstreams.0", 'protocol: "2026-07-28"', "'auto'"],
+        2, ["upstreams.0", "headers.Authorization cannot be used with auth.mode token_exchange"],
     ),
     "upstream_auth_incomplete": (
         """\

@@ -8,6 +8,8 @@ trusts it, and upstreams of our own (tests/support/token_server.py) that record 
     denied      token_exchange      the gateway's client there may not exchange: the provider refuses
     robot       client_credentials  the gateway's own token
     elsewhere   client_credentials  a token for another resource: the upstream answers 401
+    legacy      token_exchange      spoken to on the handshake era, without sessions: works per caller
+    sessions    token_exchange      the handshake era with an Mcp-Session-Id session: refused per call
 """
 
 from __future__ import annotations
@@ -63,9 +65,9 @@ class Setup:
         return str(self.idp.login_user_with_code(self.gateway.url, "mcp", user=user)["access_token"])
 
 
-def _start_upstream(state: Path, *, check_audience: bool = True) -> tuple[Any, Upstream]:
+def _start_upstream(state: Path, *, stateful: bool = False) -> tuple[Any, Upstream]:
     state.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, str(SCRIPT_PATH), "--port", "0", *(["--check-audience"] if check_audience else [])]
+    argv = [sys.executable, str(SCRIPT_PATH), "--port", "0", "--check-audience", *(["--stateful"] if stateful else [])]
     process, url = spawn_listening(argv, cwd=REPO_ROOT, env={**os.environ, STATE_DIR_ENV: str(state)},
                                    name=state.name, lines=[], ready_timeout=20)
     assert url is not None, f"{state.name} did not start"
@@ -78,8 +80,8 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     processes = []
     upstreams: dict[str, Upstream] = {}
     try:
-        for name in ("people", "brief", "denied", "robot"):
-            process, upstreams[name] = _start_upstream(root / name)
+        for name in ("people", "brief", "denied", "robot", "legacy", "sessions"):
+            process, upstreams[name] = _start_upstream(root / name, stateful=name == "sessions")
             processes.append(process)
         limited = IdpClient(LIMITED, secrets.token_urlsafe(24), {
             "grant_types": ["client_credentials"], "response_types": [], "redirect_uris": [],
@@ -107,6 +109,10 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
                     http_upstream("robot", upstreams["robot"].url, auth=auth("client_credentials")),
                     http_upstream("elsewhere", upstreams["robot"].url,
                                   auth=auth("client_credentials", resource="http://127.0.0.1:9/not-this-one")),
+                    http_upstream("legacy", upstreams["legacy"].url, protocol="handshake",
+                                  auth=auth("token_exchange")),
+                    http_upstream("sessions", upstreams["sessions"].url, protocol="handshake",
+                                  auth=auth("token_exchange")),
                 ],
             })
             env = {SECRET_ENV: idp.client(EXCHANGER).client_secret or "",
@@ -146,6 +152,24 @@ async def test_each_user_reaches_the_upstream_with_their_own_exchanged_token(set
         claims = setup.idp.verify(token, audience=people.url)  # signed by the provider, for this upstream
         assert claims["sub"] == user and claims["act"] == {"sub": EXCHANGER}
     assert alice not in setup.gateway.log and tokens[0] not in setup.gateway.log  # never logged
+
+
+async def test_a_session_less_handshake_era_upstream_gets_each_caller_s_token(setup: Setup) -> None:
+    legacy = setup.upstreams["legacy"]
+    seen = len(legacy.calls())
+    for user in ("alice", "bob"):
+        failed, text, _ = await call(setup, setup.login(user), "legacy__whoami")
+        assert not failed and text == f"called by {user}", text
+    subjects = [setup.idp.verify(bearer_of(r), audience=legacy.url)["sub"] for r in legacy.calls()[seen:]]
+    assert subjects == ["alice", "bob"]
+
+
+async def test_an_upstream_session_shared_by_all_callers_is_refused_per_call(setup: Setup) -> None:
+    sessions = setup.upstreams["sessions"]
+    failed, text, meta = await call(setup, setup.login("alice"), "sessions__whoami")
+    assert failed and "did not run" in text and "keeps an MCP session (Mcp-Session-Id)" in text, text
+    assert meta.get(OUTCOME) != "unknown"
+    assert sessions.calls() == []
 
 
 async def test_a_second_call_reuses_the_cached_exchange(setup: Setup) -> None:

@@ -1,7 +1,7 @@
 """A test upstream that records the `Authorization` every request brings, and refuses requests
 without a bearer token the way an OAuth-protected MCP server does.
 
-    python tests/support/token_server.py --port 0 [--check-audience]
+    python tests/support/token_server.py --port 0 [--check-audience] [--stateful]
 
 Every POST is recorded as one JSON line in `$DEX_EXAMPLE_STATE_DIR/authorization.jsonl`:
 `{"method": ..., "name": ..., "authorization": ...}` (recorded before any check, so a refused
@@ -157,11 +157,11 @@ async def read_resource(ctx: ServerRequestContext[Any], params: types.ReadResour
         types.TextResourceContents(uri=str(params.uri), text=f"read by {subject}", mime_type="text/plain")])
 
 
-async def serve(port: int, check_audience: bool) -> None:
+async def serve(port: int, check_audience: bool, stateful: bool) -> None:
     server: Server[Any] = Server("dex-test-token-server", version="0.1.0", on_list_tools=list_tools,
                                  on_call_tool=call_tool, on_list_resources=list_resources,
                                  on_read_resource=read_resource)
-    manager = StreamableHTTPSessionManager(app=server, stateless=True, json_response=True)
+    manager = StreamableHTTPSessionManager(app=server, stateless=not stateful, json_response=True)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
@@ -188,8 +188,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--check-audience", action="store_true")
+    parser.add_argument("--stateful", action="store_true", help="Mcp-Session-Id sessions (handshake era)")
     args = parser.parse_args()
-    anyio.run(serve, args.port, args.check_audience)
+    anyio.run(serve, args.port, args.check_audience, args.stateful)
 
 
 if __name__ == "__main__":
