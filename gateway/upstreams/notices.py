@@ -3,7 +3,7 @@
 The reader of a shared upstream (a stdio process's stdout, shared by every principal's calls)
 must never wait for a client: a client that does not read its stream would stall every other
 call to that upstream. The reader `put`s each notification into the call's `CallNotices`, which
-never blocks, and the call's own task hands them to its relay (`deliver_until`, then `flush`).
+never blocks, and the call's own task hands them to its relay (`deliver_until_closed`, then `flush`).
 
 The queue is bounded, per call:
 
@@ -47,7 +47,8 @@ class CallNotices:
         self._order = itertools.count()
         self._logs: deque[tuple[int, dict[str, Any]]] = deque()
         self._progress: tuple[int, dict[str, Any]] | None = None
-        self._wake = anyio.Event()
+        self._wake: anyio.Event | None = None  # made only when a delivery task waits
+        self._closed = False
 
     def __len__(self) -> int:
         return len(self._logs) + (self._progress is not None)
@@ -70,11 +71,19 @@ class CallNotices:
             self._logs.append((next(self._order), message))
         else:
             return
-        self._wake.set()
+        if self._wake is not None:
+            self._wake.set()
 
-    def wake(self) -> None:
-        """Wake the call's task (its answer came, or the connection ended)."""
-        self._wake.set()
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """The call's answer is in (or it failed): `deliver_until_closed` returns, leaving what is
+        still queued for `flush`."""
+        self._closed = True
+        if self._wake is not None:
+            self._wake.set()
 
     def _pop(self) -> dict[str, Any] | None:
         progress, logs = self._progress, self._logs
@@ -85,14 +94,15 @@ class CallNotices:
             return logs.popleft()[1]
         return None
 
-    async def deliver_until(self, relay: CallRelay, done: anyio.Event) -> None:
-        """Hand queued notifications to `relay` as they come, until `done` is set (what is still
+    async def deliver_until_closed(self, relay: CallRelay) -> None:
+        """Hand queued notifications to `relay` as they come, until `close()` (what is still
         queued then is left for `flush`)."""
-        while not done.is_set():
-            await self._wake.wait()
-            self._wake = anyio.Event()
-            while not done.is_set() and (message := self._pop()) is not None:
+        while not self._closed:
+            while not self._closed and (message := self._pop()) is not None:
                 await deliver_notification(message, relay)
+            if not self._closed:
+                self._wake = anyio.Event()
+                await self._wake.wait()
 
     async def flush(self, relay: CallRelay) -> None:
         """Hand what is still queued to `relay` (ahead of the call's answer)."""

@@ -265,7 +265,6 @@ class UpstreamSession:
         (most calls need no helper at all). They are ended and awaited here, whatever happens.
         """
         loop = asyncio.get_running_loop()
-        stop = anyio.Event()
         delivery: asyncio.Task[None] | None = None
         asking: list[asyncio.Task[None]] = []
 
@@ -275,8 +274,8 @@ class UpstreamSession:
                 notices.put(note)  # never waits for the client: the channel keeps being read
                 # The delivery task only for a call that has something to say, and never once the
                 # answer is in (`flush` hands over what is left).
-                if delivery is None and not stop.is_set():
-                    delivery = loop.create_task(notices.deliver_until(relay, stop))
+                if delivery is None and not notices.closed:
+                    delivery = loop.create_task(notices.deliver_until_closed(relay))
 
         def start(ask: Callable[[], Coroutine[Any, Any, None]]) -> None:
             asking.append(loop.create_task(ask()))
@@ -290,12 +289,12 @@ class UpstreamSession:
                 delivery.cancel()  # no answer to hand notifications ahead of (the client may be gone)
             raise
         finally:
-            stop.set()
-            notices.wake()
+            notices.close()
             for task in asking:
                 task.cancel()
-            with anyio.CancelScope(shield=True):
-                await _ended(delivery, *asking)
+            if delivery is not None or asking:
+                with anyio.CancelScope(shield=True):
+                    await _ended(delivery, *asking)
 
     async def _notify(self, negotiated: Negotiated, method: str, params: dict[str, Any] | None = None) -> None:
         notification: Message = {"jsonrpc": "2.0", "method": method}

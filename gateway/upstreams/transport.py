@@ -404,8 +404,11 @@ class AiohttpTransport:
             self._slots = anyio.Semaphore(self._max_connections)
         slots = self._slots
         try:
-            with anyio.fail_after(self._pool_timeout):
-                await slots.acquire()
+            if slots.value > 0:
+                slots.acquire_nowait()  # a free connection: no timer, no trip through the event loop
+            else:
+                with anyio.fail_after(self._pool_timeout):
+                    await slots.acquire()
         except TimeoutError:
             raise LocalLimitReached(
                 f"all {self._max_connections} connections to the upstream (max_connections) stayed busy for "

@@ -65,15 +65,13 @@ async def test_progress_is_coalesced_in_its_place_and_the_oldest_logs_dropped() 
 async def test_delivery_follows_the_queue_until_the_answer() -> None:
     notices = CallNotices()
     relay = Recorder()
-    done = anyio.Event()
     async with anyio.create_task_group() as tg:
-        tg.start_soon(notices.deliver_until, relay, done)
+        tg.start_soon(notices.deliver_until_closed, relay)
         notices.put(log("one"))
         with anyio.fail_after(2):
             while relay.seen != ["one"]:
                 await anyio.sleep(0.01)
-        done.set()
-        notices.wake()
+        notices.close()  # the task returns: the group closes
     notices.put(log("after"))
     await notices.flush(relay)
     assert relay.seen == ["one", "after"]

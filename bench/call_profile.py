@@ -1,0 +1,101 @@
+"""Python function calls per tools/call in the gateway process: a yardstick that load does not move.
+
+    .venv/bin/python bench/call_profile.py [--era handshake|2026-07-28] [--tools read|write]
+        [--gateway-pythonpath DIR ...]
+
+Wall-clock and CPU figures (bench/gateway_overhead.py) swing by 30 % on a shared 2-core box; the
+number of Python function calls (and coroutine resumptions) the gateway makes per call does not.
+This runs bench/gateway_overhead.py twice per gateway (N and N + 2,000 calls at c=1) with the
+gateway process under cProfile, and reports the difference per call, so start-up cancels out.
+Each `--gateway-pythonpath` names a scratch copy of the package (e.g. `git archive REV gateway |
+tar -x -C DIR`) to compare revisions side by side in one run; without one, the installed gateway.
+
+It also lists the functions whose per-call count differs most between the first two gateways.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pstats
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+PYTHON = sys.executable
+
+# Loaded by the gateway process only (`python -c LAUNCHER DIR serve ...`): cProfile from the
+# start, written at exit (the bench ends the gateway with SIGTERM; it drains and exits cleanly).
+_SITECUSTOMIZE = '''
+import os, sys
+_out = os.environ.get("DEX_CALL_PROFILE_OUT")
+if _out and len(sys.argv) > 1 and sys.argv[0] == "-c":
+    import atexit, cProfile
+    _profile = cProfile.Profile()
+    _profile.enable()
+    def _dump():
+        _profile.disable()
+        _profile.dump_stats(_out)
+    atexit.register(_dump)
+'''
+
+
+def _profiled_run(gateway_dir: str | None, calls: int, out: Path, site: Path, args: argparse.Namespace) -> None:
+    env = dict(os.environ, DEX_CALL_PROFILE_OUT=str(out))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH")]))
+    cmd = [PYTHON, str(HERE / "gateway_overhead.py"), "--era", args.era, "--concurrency", "1", "--tools", args.tools,
+           "--calls-c1", str(calls), "--warmup", "100"]
+    # The installed gateway runs through the same launcher, so that it is profiled too.
+    cmd += ["--gateway-pythonpath", gateway_dir or str(Path(__import__("gateway").__file__).parent.parent)]
+    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)
+    if not out.exists():
+        raise SystemExit(f"no profile written for {gateway_dir or 'the installed gateway'}")
+
+
+def _per_call(small: Path, large: Path, extra: int) -> tuple[float, dict[tuple[str, str], float]]:
+    a, b = pstats.Stats(str(small)), pstats.Stats(str(large))
+    counts: dict[tuple[str, str], float] = {}
+    before = a.stats  # type: ignore[attr-defined]
+    for key, value in b.stats.items():  # type: ignore[attr-defined]
+        delta = (value[1] - before.get(key, (0, 0))[1]) / extra
+        if delta > 0.3:
+            name = ("/".join(key[0].split("/")[-2:]), key[2])
+            counts[name] = counts.get(name, 0.0) + delta
+    return (b.total_calls - a.total_calls) / extra, counts  # type: ignore[attr-defined]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--era", choices=["handshake", "2026-07-28"], default="handshake")
+    parser.add_argument("--tools", choices=["read", "write"], default="read")
+    parser.add_argument("--calls", type=int, default=500, help="calls of the smaller run (the larger: + 2,000)")
+    parser.add_argument("--gateway-pythonpath", action="append", default=[])
+    parser.add_argument("--diff", type=int, default=15, help="functions listed whose count differs most")
+    args = parser.parse_args()
+    extra = 2000
+    gateways: list[str | None] = args.gateway_pythonpath or [None]
+    with tempfile.TemporaryDirectory() as tmp:
+        site = Path(tmp) / "site"
+        site.mkdir()
+        (site / "sitecustomize.py").write_text(_SITECUSTOMIZE)
+        results = []
+        for i, gateway_dir in enumerate(gateways):
+            small, large = Path(tmp) / f"{i}.small", Path(tmp) / f"{i}.large"
+            _profiled_run(gateway_dir, args.calls, small, site, args)
+            _profiled_run(gateway_dir, args.calls + extra, large, site, args)
+            results.append(_per_call(small, large, extra))
+    print(f"Python function calls per tools/call ({args.tools} tool, {args.era}, c=1; cProfile, gateway process)")
+    for gateway_dir, (total, _) in zip(gateways, results):
+        print(f"  {total:8.1f}  {gateway_dir or 'installed gateway'}")
+    if len(results) > 1 and args.diff:
+        first, second = results[0][1], results[1][1]
+        keys = sorted(set(first) | set(second), key=lambda k: -abs(second.get(k, 0.0) - first.get(k, 0.0)))
+        print("most changed, second minus first (per call):")
+        for key in keys[: args.diff]:
+            print(f"  {second.get(key, 0.0) - first.get(key, 0.0):+6.1f}  {key[0]} {key[1]}")
+
+
+if __name__ == "__main__":
+    main()
