@@ -132,8 +132,9 @@ class HttpChannel:
 
     async def exchange(self, message: Message, negotiated: Negotiated, listener: Listener | None,
                        bearer: Bearer | None = None) -> Answer | None:
-        headers = await self._authorized({**self._base_headers(negotiated), "content-type": "application/json"},
-                                          bearer)
+        headers = {**self._base_headers(negotiated), "content-type": "application/json"}
+        if bearer is not None or self._credentials is not None:  # static: the headers as configured
+            headers = await self._authorized(headers, bearer)
         body = json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode()
         if "method" not in message or "id" not in message:
             await self._send_only(message, HttpRequest("POST", self.url, headers, body))
