@@ -47,7 +47,7 @@ from mcp_types import INVALID_PARAMS, METHOD_NOT_FOUND
 __all__ = [
     "UNAUTHORIZED", "UNAVAILABLE", "RATE_LIMITED", "DRAINING", "GatewayError", "ConfigError", "TokenRefused",
     "UpstreamError",
-    "UpstreamNotSent", "UpstreamInterrupted", "UpstreamAnswerTooLarge", "UpstreamListingRefused",
+    "UpstreamNotSent", "UpstreamUnauthorized", "UpstreamInterrupted", "UpstreamAnswerTooLarge", "UpstreamListingRefused",
     "UpstreamRpcError", "StoreError", "MediaError", "InvalidImage", "MediaStoreError", "RequestError",
     "UnknownToolError", "UpstreamRefusedRequest", "RateLimited", "TaskBudgetExceeded", "RelayRefused",
     "InputNotProvided", "InvalidResult", "SessionLost", "TransportError", "RequestNotSent",
@@ -99,6 +99,11 @@ class UpstreamError(GatewayError):
 
 class UpstreamNotSent(UpstreamError):
     """The request provably never reached the upstream (connect failed, process not started)."""
+
+
+class UpstreamUnauthorized(UpstreamNotSent):
+    """The upstream refused the request's credentials (HTTP 401, or 403 with a Bearer challenge): it
+    did not run the request."""
 
 
 class UpstreamInterrupted(UpstreamError):

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from ..conventions.keys import Effect
 from .policy import PolicyConfig
@@ -20,6 +20,7 @@ from .env import apply_env_overrides
 from ..errors import ConfigError
 from .grants import check_env_name, check_module_prefix, parse_host_entry
 from .oauth import OAuthConfig
+from .upstream_auth import UpstreamAuthConfig
 from ..storage.media_urls import parse_media_store_url
 from .yaml_source import SourceError, SourcedDocument, dotted, expand_env, load_file, load_yaml
 
@@ -189,6 +190,8 @@ class _UpstreamBase(_Strict):
     # Log messages of one call waiting for a slow client; past this the oldest is dropped
     # (progress is coalesced to the latest). Counted in dex_gateway_upstream_notifications_dropped.
     max_queued_notifications: int = Field(256, ge=1)
+    # How the gateway authenticates to the upstream (gateway/config/upstream_auth.py).
+    auth: UpstreamAuthConfig = Field(default_factory=UpstreamAuthConfig)
 
     @field_validator("name")
     @classmethod
@@ -208,6 +211,14 @@ class StdioUpstreamConfig(_UpstreamBase):
     env: dict[str, str] = Field(default_factory=dict)
     cwd: str | None = None
     protocol: Literal["handshake", "2026-07-28"] = "handshake"
+
+    @model_validator(mode="after")
+    def _auth_needs_http(self) -> "StdioUpstreamConfig":
+        if self.auth.mode != "static":
+            raise ValueError(f"auth.mode {self.auth.mode} needs an HTTP upstream (transport: streamable_http): a "
+                             "stdio process has no Authorization header to carry a token; give it credentials "
+                             "in its env instead")
+        return self
 
 
 class HttpUpstreamConfig(_UpstreamBase):
@@ -229,6 +240,21 @@ class HttpUpstreamConfig(_UpstreamBase):
         if self.tls_ca_file is not None and not self.url.startswith("https://"):
             raise ValueError("tls_ca_file is only used with an https:// url")
         return self
+
+    @model_validator(mode="after")
+    def _auth_fits(self) -> "HttpUpstreamConfig":
+        mode = self.auth.mode
+        if mode == "static":
+            return self
+        if any(key.lower() == "authorization" for key in self.headers):
+            raise ValueError(f"headers.Authorization cannot be used with auth.mode {mode}: the gateway sets "
+                             "Authorization itself (remove the header, or use mode static)")
+        return self
+
+    @property
+    def token_resource(self) -> str:
+        """The audience a token for this upstream is asked for: `auth.resource`, else the url."""
+        return self.auth.resource or self.url
 
 
 UpstreamConfig = Annotated[StdioUpstreamConfig | HttpUpstreamConfig, Field(discriminator="transport")]
@@ -360,6 +386,21 @@ class GatewayConfig(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _upstream_secrets_are_set(self, info: ValidationInfo) -> "GatewayConfig":
+        # Checked at load (the environment the file is read with), so a missing secret stops the
+        # start with its file and line instead of failing every call.
+        environ = info.context.get("environ") if isinstance(info.context, dict) else None
+        if environ is None:
+            return self
+        for i, upstream in enumerate(self.upstreams):
+            name = upstream.auth.client_secret_env
+            if name is not None and not environ.get(name):
+                raise _PathedError(("upstreams", i, "auth", "client_secret_env"),
+                                   f"the environment variable {name} (the client secret for auth.mode "
+                                   f"{upstream.auth.mode}) is not set")
+        return self
+
+    @model_validator(mode="after")
     def _scopes_name_known_upstreams(self) -> "GatewayConfig":
         names = {u.name for u in self.upstreams}
         for i, token in enumerate(self.auth.tokens):
@@ -429,7 +470,8 @@ def parse_config(doc: SourcedDocument, environ: dict[str, str] | None = None) ->
     if not isinstance(data, dict):
         raise ConfigError(f"{doc.source}:1: the configuration must be a mapping of keys")
     try:
-        return GatewayConfig.model_validate(data)
+        # The environment, for checks of variables named by the file (gateway/config/upstream_auth.py).
+        return GatewayConfig.model_validate(data, context={"environ": os.environ if environ is None else environ})
     except ValidationError as exc:
         raise ConfigError(_describe(exc, doc)) from None
 

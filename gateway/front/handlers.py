@@ -165,13 +165,14 @@ class _Handlers:
             return await call_next(ctx)  # the SDK answers the invalid params
         with _as_mcp_error():
             rounds = round_params(ctx.params or {})
-        principal, relay = _principal(ctx), self._relay(ctx)
+        principal, relay, caller = _principal(ctx), self._relay(ctx), _identity(ctx)
 
         async def work(asking: CallRelay) -> dict[str, Any]:
             if prompt:
                 return await self._p.passthrough.get_prompt(principal, params.name, params.arguments, _raw_meta(ctx),
-                                                            asking, rounds)
-            return await self._p.passthrough.read_resource(principal, str(params.uri), _raw_meta(ctx), asking, rounds)
+                                                            asking, rounds, caller=caller)
+            return await self._p.passthrough.read_resource(principal, str(params.uri), _raw_meta(ctx), asking, rounds,
+                                                           caller=caller)
 
         parking = self._p.parking
         with _as_mcp_error():
@@ -236,7 +237,8 @@ class _Handlers:
         request = params.model_dump(by_alias=True, mode="json", exclude_none=True)
         request.pop("_meta", None)
         with _as_mcp_error():
-            result = await self._p.passthrough.complete(_principal(ctx), request, _raw_meta(ctx), self._relay(ctx))
+            result = await self._p.passthrough.complete(_principal(ctx), request, _raw_meta(ctx), self._relay(ctx),
+                                                        caller=_identity(ctx))
         return types.CompleteResult.model_validate(result)
 
     async def set_logging_level(self, ctx: ServerRequestContext[Any], params: types.SetLevelRequestParams) -> types.EmptyResult:

@@ -64,7 +64,7 @@ from ..media.stage import MediaStage
 from ..media.validation import ImageRules
 from ..fences import FenceRejected, Fences, FenceUnknown, Proceed, Replay, Ticket
 from ..auth.policy import NO_POLICY, Policy
-from ..auth.principals import ANONYMOUS
+from ..auth.principals import ANONYMOUS, Identity
 from .ratelimits import NO_LIMITS, RateLimits
 from ..upstreams.relay import CallRelay
 from ..auth.scope import PrincipalScope
@@ -291,7 +291,7 @@ class CallPipeline:
             while True:
                 with self._telemetry.attempt(route, attempt) as seen:
                     seen.event = event = await _attempt(upstream, route.name, params, call.relay, request,
-                                                        self._max_result_bytes)
+                                                        self._max_result_bytes, call.identity)
                 sent = sent or not isinstance(event, NotSent)
                 verdict = resolve_attempt(route.name, route.effect, attempt, event, max_attempts=route.max_attempts)
                 if not isinstance(verdict, SendAgain):
@@ -307,15 +307,18 @@ class CallPipeline:
 
 async def _attempt(
     upstream: Upstream, tool: str, params: dict[str, Any], relay: CallRelay | None, request: Request | None = None,
-    max_result_bytes: int = 0,
+    max_result_bytes: int = 0, caller: Identity | None = None,
 ) -> AttemptEvent:
-    send = request or upstream.request
+    async def send(method: str, call_params: dict[str, Any]) -> dict[str, Any]:
+        if request is not None:  # gateway/tasks/upstream.py: it carries the caller itself
+            return await request(method, call_params, relay=relay)
+        return await upstream.request(method, call_params, relay=relay, caller=caller)
 
     async def again(round_params: dict[str, Any]) -> dict[str, Any]:
-        return await send("tools/call", round_params, relay=relay)
+        return await send("tools/call", round_params)
 
     try:
-        result = await send("tools/call", params, relay=relay)
+        result = await send("tools/call", params)
         result = await answer_rounds(again, params, result, relay)  # a handshake-era client is asked
     except UpstreamNotSent as exc:
         _log_detail(tool, exc)

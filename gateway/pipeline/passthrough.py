@@ -18,9 +18,12 @@ from typing import Any
 import anyio
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, MISSING_REQUIRED_CLIENT_CAPABILITY
 
+from ..auth.principals import Identity
 from .calls import forwardable_meta
 from .catalog import Catalog, PromptRoute
-from ..errors import InputNotProvided, RequestError, UpstreamAnswerTooLarge, UpstreamError, UpstreamRpcError
+from ..errors import (
+    InputNotProvided, RequestError, UpstreamAnswerTooLarge, UpstreamError, UpstreamNotSent, UpstreamRpcError,
+)
 from ..media.serving import MediaReader
 from ..upstreams.relay import CAPABILITY_OF, CallRelay
 from ..auth.scope import PrincipalScope
@@ -63,13 +66,15 @@ class Passthrough:
         return [r.definition for r in routes if self._scope.may_use_prompt(principal, r.name, r.upstream)]
 
     async def read_resource(
-        self, principal: str, uri: str, meta: Mapping[str, Any], relay: CallRelay, rounds: Mapping[str, Any] | None = None
+        self, principal: str, uri: str, meta: Mapping[str, Any], relay: CallRelay, rounds: Mapping[str, Any] | None = None,
+        *, caller: Identity | None = None,
     ) -> dict[str, Any]:
-        """The upstream's answer; on 2026-07-28 possibly a round of questions (`input_required`)."""
+        """The upstream's answer; on 2026-07-28 possibly a round of questions (`input_required`).
+        `caller`: who asks (an upstream with auth.mode token_exchange gets the caller's token)."""
         if self._media.serves(uri):
             return await self._media.read_resource(principal, uri)
         params = {"uri": uri, **(rounds or {})}
-        return await self._forward(await self._serving(principal, uri), "resources/read", params, meta, relay)
+        return await self._forward(await self._serving(principal, uri), "resources/read", params, meta, relay, caller)
 
     async def check_resource(self, principal: str, uri: str) -> str:
         """The upstream serving `uri` for this principal; RequestError (not found, with the URI) otherwise."""
@@ -77,17 +82,18 @@ class Passthrough:
 
     async def get_prompt(
         self, principal: str, name: str, arguments: Mapping[str, str] | None, meta: Mapping[str, Any], relay: CallRelay,
-        rounds: Mapping[str, Any] | None = None,
+        rounds: Mapping[str, Any] | None = None, *, caller: Identity | None = None,
     ) -> dict[str, Any]:
         """The upstream's answer; on 2026-07-28 possibly a round of questions (`input_required`)."""
         route = await self._prompt(principal, name)
         params: dict[str, Any] = {"name": route.target, **(rounds or {})}
         if arguments:
             params["arguments"] = dict(arguments)
-        return await self._forward(route.upstream, "prompts/get", params, meta, relay)
+        return await self._forward(route.upstream, "prompts/get", params, meta, relay, caller)
 
     async def complete(
-        self, principal: str, request: dict[str, Any], meta: Mapping[str, Any], relay: CallRelay
+        self, principal: str, request: dict[str, Any], meta: Mapping[str, Any], relay: CallRelay,
+        *, caller: Identity | None = None,
     ) -> dict[str, Any]:
         """`completion/complete` (`request`: its params minus `_meta`); the ref names prompt or resource."""
         ref = dict(request.get("ref") or {})
@@ -96,7 +102,7 @@ class Passthrough:
             upstream, ref = route.upstream, {**ref, "name": route.target}
         else:
             upstream = await self._serving(principal, str(ref.get("uri")))
-        return await self._forward(upstream, "completion/complete", {**request, "ref": ref}, meta, relay)
+        return await self._forward(upstream, "completion/complete", {**request, "ref": ref}, meta, relay, caller)
 
     async def set_log_level(self, principal: str, level: str) -> None:
         """Pass the level on to every handshake-era upstream in the principal's scope that logs (others are skipped)."""
@@ -130,7 +136,8 @@ class Passthrough:
         return upstream
 
     async def _forward(
-        self, upstream_name: str, method: str, params: dict[str, Any], meta: Mapping[str, Any], relay: CallRelay
+        self, upstream_name: str, method: str, params: dict[str, Any], meta: Mapping[str, Any], relay: CallRelay,
+        caller: Identity | None = None,
     ) -> dict[str, Any]:
         """The upstream's result minus its hop's keys; an `input_required` round only for a 2026 client."""
         upstream = self._upstreams[upstream_name]
@@ -139,10 +146,10 @@ class Passthrough:
             params["_meta"] = forwarded
 
         async def again(round_params: dict[str, Any]) -> dict[str, Any]:
-            return await upstream.request(method, round_params, relay=relay)
+            return await upstream.request(method, round_params, relay=relay, caller=caller)
 
         try:
-            result = await upstream.request(method, params, relay=relay)
+            result = await upstream.request(method, params, relay=relay, caller=caller)
             result = await answer_rounds(again, params, result, relay)  # a handshake-era client is asked
         except UpstreamRpcError as exc:
             raise RequestError(exc.code, exc.rpc_message, exc.data) from None
@@ -150,6 +157,10 @@ class Passthrough:
             raise RequestError(INTERNAL_ERROR, f"{method} failed: the answer of the upstream {upstream_name!r} is over "
                                f"{exc.cap} bytes, this gateway's cap for an upstream answer (from server.max_result_bytes), "
                                "so it was not read") from None
+        except UpstreamNotSent as exc:  # its reason is safe to show (no address): e.g. no token for this caller
+            logger.warning("%s failed: %s", method, exc)
+            raise RequestError(INTERNAL_ERROR, f"{method} failed: nothing was sent to the upstream {upstream_name!r}: "
+                                               f"{exc.reason}") from None
         except UpstreamError as exc:
             logger.warning("%s failed: %s", method, exc)
             raise RequestError(INTERNAL_ERROR, f"{method} failed: the upstream {upstream_name!r} did not answer") from None

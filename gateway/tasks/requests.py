@@ -38,4 +38,4 @@ class TaskRequests:
         if call.sink is None and route.task_support != "required" and version is not None and Era.of(version) is Era.HANDSHAKE:
             return None  # a handshake-era upstream's plain call: decided without connecting
         return UpstreamTaskCall(upstream, route.name, route.effect, route.task_support, call.sink,
-                                self._default_ttl_ms, self._clock, self._refuse_plain).request
+                                self._default_ttl_ms, self._clock, self._refuse_plain, call.identity).request

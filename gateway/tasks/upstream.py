@@ -26,6 +26,7 @@ from typing import Any
 
 import anyio
 
+from ..auth.principals import Identity
 from ..conventions.keys import OUTCOME_KEY, Effect, Outcome
 from ..errors import RelayRefused, UpstreamError, UpstreamRpcError
 from ..upstreams.relay import CallRelay
@@ -68,6 +69,8 @@ class UpstreamTaskCall:
     default_ttl_ms: int
     clock: Callable[[], float]
     refuse_plain: bool = False  # tasks.plain_required: refuse
+    # Who calls: the upstream may take each caller's own token (auth.mode token_exchange).
+    caller: Identity | None = None
 
     async def request(self, method: str, params: dict[str, Any] | None, *, relay: CallRelay | None = None,
                       timeout: float | None = None) -> dict[str, Any]:
@@ -78,15 +81,15 @@ class UpstreamTaskCall:
         resume = self.sink.resume_task_id if self.sink is not None else None
         wanted = self.task_support == "required" or (self.sink is not None and self.task_support == "optional")
         if resume is None and not modern and not wanted:
-            return await self.upstream.request("tools/call", params, relay=relay, timeout=timeout)
+            return await self.upstream.request("tools/call", params, relay=relay, timeout=timeout, caller=self.caller)
         if resume is None and modern and self.sink is None and self.refuse_plain:
             # A plain client's call, as it is: the upstream refuses a task-required tool itself.
-            return await self.upstream.request("tools/call", params, relay=relay, timeout=timeout)
+            return await self.upstream.request("tools/call", params, relay=relay, timeout=timeout, caller=self.caller)
         ttl_ms = (self.sink.ttl_ms if self.sink is not None else None) or self.default_ttl_ms
         if resume is not None:
             task_id, interval_ms = resume, None
         else:
-            created = await self.upstream.request("tools/call", _task_params(params, era, ttl_ms), relay=relay)
+            created = await self.upstream.request("tools/call", _task_params(params, era, ttl_ms), relay=relay, caller=self.caller)
             task = _task_of(created, era)
             if task is None:
                 return created  # the upstream answered at once
@@ -120,7 +123,7 @@ class UpstreamTaskCall:
             if self.clock() >= deadline:
                 continue
             try:
-                task = await self.upstream.request("tasks/get", declaring_tasks({"taskId": task_id}, era))
+                task = await self.upstream.request("tasks/get", declaring_tasks({"taskId": task_id}, era), caller=self.caller)
             except UpstreamRpcError as exc:
                 return lost_result(self.tool, self.effect, f"the upstream no longer knows it: {exc.reason}")
             except UpstreamError as exc:
@@ -172,7 +175,7 @@ class UpstreamTaskCall:
             return None
         # tasks/result blocks until the task ends and carries its requests (elicitation...) to us.
         try:
-            return await self.upstream.request("tasks/result", {"taskId": task_id}, relay=relay, timeout=24 * 3600)
+            return await self.upstream.request("tasks/result", {"taskId": task_id}, relay=relay, timeout=24 * 3600, caller=self.caller)
         except UpstreamRpcError as exc:
             await self._failed({"code": exc.code, "message": exc.rpc_message, **({"data": exc.data} if exc.data else {})})
             raise
@@ -192,7 +195,7 @@ class UpstreamTaskCall:
                     f"provide it yet ({exc.message}); the task was cancelled. Call it as a task from a client that "
                     "declares the io.modelcontextprotocol/tasks extension to answer its questions.")
             return {"content": [{"type": "text", "text": text}], "isError": True}
-        await self.upstream.request("tasks/update", declaring_tasks({"taskId": task_id, "inputResponses": responses}, Era.MODERN))
+        await self.upstream.request("tasks/update", declaring_tasks({"taskId": task_id, "inputResponses": responses}, Era.MODERN), caller=self.caller)
         return None
 
     async def _failed(self, error: dict[str, Any]) -> None:
@@ -203,7 +206,7 @@ class UpstreamTaskCall:
         with anyio.CancelScope(shield=True), anyio.move_on_after(10):
             try:
                 version, _ = await self.upstream.connection_facts()
-                await self.upstream.request("tasks/cancel", declaring_tasks({"taskId": task_id}, Era.of(version)))
+                await self.upstream.request("tasks/cancel", declaring_tasks({"taskId": task_id}, Era.of(version)), caller=self.caller)
             except UpstreamError as exc:
                 logger.info("upstream %s: tasks/cancel %s: %s", self.upstream.name, task_id, exc.reason)
 

@@ -8,7 +8,7 @@ a refused connection must not tear down a pooled session (see docs/architecture.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from mcp_types import (
     CLIENT_CAPABILITIES_META_KEY,
@@ -23,6 +23,9 @@ from ..conventions.keys import GATEWAY_PREFIX
 from ..errors import RelayRefused, UpstreamInterrupted, UpstreamRpcError
 from ..protocol import CLIENT_INFO
 from .relay import CallRelay
+
+if TYPE_CHECKING:
+    from .credentials import Bearer
 
 HANDSHAKE_VERSION = "2025-11-25"
 MODERN_VERSION = "2026-07-28"
@@ -48,8 +51,9 @@ class Connection(Protocol):
         *,
         timeout: float,
         relay: CallRelay | None = None,
+        bearer: "Bearer | None" = None,
     ) -> dict[str, Any]:
-        """Send one request and return its `result`.
+        """Send one request and return its `result` (`bearer`: the request's own token).
 
         Raises UpstreamNotSent (provably never sent), UpstreamInterrupted (maybe sent, no
         usable answer) or UpstreamRpcError (a JSON-RPC error answer).

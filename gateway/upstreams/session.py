@@ -23,7 +23,8 @@ Errors raised by `request` (gateway/errors.py), as the outcome rules read them:
 
 * `UpstreamNotSent` -- the request provably never reached the upstream: the channel sent no
   byte of it, the negotiation failed or timed out before it, the session is closed, or the
-  upstream twice answered 404 for a fresh session.
+  upstream twice answered 404 for a fresh session, or it refused the credentials (HTTP 401:
+  `UpstreamUnauthorized`), or no token could be had for it (gateway/upstreams/credentials.py).
 * `UpstreamInterrupted` -- it may have reached the upstream and no usable answer came (the
   channel broke after sending, the call timed out, an unreadable or oversized answer).
 * `UpstreamRpcError` -- the upstream answered with a JSON-RPC error.
@@ -45,6 +46,7 @@ from anyio.abc import TaskGroup
 
 from ..errors import SessionLost, UpstreamError, UpstreamInterrupted, UpstreamNotSent, UpstreamRpcError
 from .channels.base import Answer, Channel, Listener, Message, Negotiated
+from .credentials import Bearer
 from .event_streams import EventStreams
 from .events import NO_EVENTS, ResourceSubscriptions, UpstreamEvents, route_event
 from ..protocol import CLIENT_INFO
@@ -167,18 +169,27 @@ class UpstreamSession:
         *,
         timeout: float,
         relay: CallRelay | None = None,
+        bearer: Bearer | None = None,
     ) -> dict[str, Any]:
+        """`bearer`: this request's own token (a caller's exchanged token; gateway/upstreams/credentials.py)."""
         if self.closed:
             raise UpstreamNotSent(self.name, "the connection is closed")
         for attempt in (1, 2):  # a second time only on a fresh session: the first was unknown upstream
             negotiated = await self._ready()
+            if bearer is not None and negotiated.session_id is not None:
+                # One session, opened with the gateway's own token, for every caller: an upstream that
+                # binds a session to who opened it would run this caller's request as someone else.
+                raise UpstreamNotSent(
+                    self.name, "this upstream keeps an MCP session (Mcp-Session-Id) for all callers, and auth.mode "
+                    "token_exchange sends each caller's own token, which a session cannot carry; speak to it "
+                    "with protocol 2026-07-28, or run it without sessions (docs/auth.md, \"Upstream credentials\")")
             notices = CallNotices(self._max_queued, self._on_drop) if relay is not None else None
             answer: Message = {}
             failure: Exception | None = None
             try:
                 with anyio.fail_after(timeout):
                     answer = await self._exchange(negotiated, method, params, relay, notices,
-                                                  anyio.current_time() + timeout)
+                                                  anyio.current_time() + timeout, bearer)
             except TimeoutError:
                 failure = UpstreamInterrupted(self.name, f"no answer within {timeout:g} s")
             except (UpstreamError, SessionLost) as exc:
@@ -207,6 +218,7 @@ class UpstreamSession:
         relay: CallRelay | None = None,
         notices: CallNotices | None = None,
         deadline: float = float("inf"),
+        bearer: Bearer | None = None,
     ) -> Message:
         """Send one request and return its answer (the raw JSON-RPC message)."""
         request_id = next(self._ids)
@@ -221,9 +233,9 @@ class UpstreamSession:
             self._calls[request_id] = relay
         try:
             if relay is None or notices is None:
-                answer = await self.channel.exchange(message, negotiated, self._own_listener(negotiated))
+                answer = await self.channel.exchange(message, negotiated, self._own_listener(negotiated), bearer)
             else:
-                answer = await self._exchange_for_client(negotiated, message, relay, notices)
+                answer = await self._exchange_for_client(negotiated, message, relay, notices, bearer)
         except anyio.get_cancelled_exc_class():
             # The caller went away (its client disconnected): tell the upstream, written once for
             # every channel (over HTTP on 2026-07-28, closing the response stream is the
@@ -242,7 +254,8 @@ class UpstreamSession:
         return answer.message
 
     async def _exchange_for_client(
-        self, negotiated: Negotiated, message: Message, relay: CallRelay, notices: CallNotices
+        self, negotiated: Negotiated, message: Message, relay: CallRelay, notices: CallNotices,
+        bearer: Bearer | None = None,
     ) -> Answer | None:
         """Exchange while the call's helpers hand its notifications to the client and answer the
         upstream's questions; questions of a call that ended are moot (cancelled).
@@ -270,7 +283,7 @@ class UpstreamSession:
         listener = Listener(lambda request: self._answer_later(negotiated, request, relay, start),
                             on_notification, client=True, on_pause=relay.pause_stream)
         try:
-            return await self.channel.exchange(message, negotiated, listener)
+            return await self.channel.exchange(message, negotiated, listener, bearer)
         except BaseException:
             if delivery is not None:
                 delivery.cancel()  # no answer to hand notifications ahead of (the client may be gone)

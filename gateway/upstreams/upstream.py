@@ -22,8 +22,17 @@ import anyio
 from anyio.abc import TaskGroup
 from mcp_types import METHOD_NOT_FOUND
 
+from ..auth.principals import Identity
 from ..config.model import HttpUpstreamConfig, StdioUpstreamConfig
-from ..errors import UpstreamError, UpstreamInterrupted, UpstreamListingRefused, UpstreamNotSent, UpstreamRpcError
+from ..errors import (
+    UpstreamError,
+    UpstreamInterrupted,
+    UpstreamListingRefused,
+    UpstreamNotSent,
+    UpstreamRpcError,
+    UpstreamUnauthorized,
+)
+from .credentials import UpstreamCredentials
 from .relay import CallRelay
 from ..telemetry.tracing import upstream_request_span
 from .channels.base import Channel
@@ -59,6 +68,8 @@ class Upstream:
         self.resource_listeners: list[Callable[[str], object]] = []
         self._watched: set[str] = set()
         self._closed = False  # closed for good (shutdown): no connection is made again
+        # The tokens the gateway sends this upstream (auth.mode; gateway/upstreams/credentials.py).
+        self.credentials = UpstreamCredentials(config) if isinstance(config, HttpUpstreamConfig) else None
 
     async def request(
         self,
@@ -67,14 +78,24 @@ class Upstream:
         *,
         timeout: float | None = None,
         relay: CallRelay | None = None,
+        caller: Identity | None = None,
     ) -> dict[str, Any]:
-        """One request on the pooled connection; raises UpstreamNotSent/Interrupted/RpcError."""
+        """One request on the pooled connection; raises UpstreamNotSent/Interrupted/RpcError.
+        `caller`: who the request is for (a tools/call), when the upstream takes each caller's own
+        token (auth.mode token_exchange); None: the gateway's own request."""
+        credentials = self.credentials
+        bearer = await credentials.bearer(caller) if credentials is not None and credentials.per_caller and \
+            caller is not None else None
         connection = await self._connected()
         with upstream_request_span(self.name, method, params) as params:
             try:
                 return await connection.request(
-                    method, params, timeout=timeout or self.config.call_timeout_seconds, relay=relay
+                    method, params, timeout=timeout or self.config.call_timeout_seconds, relay=relay, bearer=bearer
                 )
+            except UpstreamUnauthorized:
+                if credentials is not None:
+                    credentials.forget(caller)  # a refused token is not used again
+                raise
             except (UpstreamInterrupted, UpstreamNotSent):
                 if not connection.alive:
                     await self._forget(connection)
@@ -179,7 +200,8 @@ class Upstream:
         else:
             channel = HttpChannel(self.name, cfg.url, headers=cfg.headers, connect_timeout=cfg.connect_timeout_seconds,
                                   tls_ca_file=cfg.tls_ca_file, max_response_bytes=self.max_answer_bytes,
-                                  max_connections=cfg.max_connections, pool_timeout=cfg.pool_timeout_seconds)
+                                  max_connections=cfg.max_connections, pool_timeout=cfg.pool_timeout_seconds,
+                                  credentials=self.credentials)
         session = UpstreamSession(
             self.name,
             channel,
@@ -215,6 +237,8 @@ class Upstream:
                 connection, self._connection = self._connection, None
             if connection is not None:
                 await connection.aclose()
+            if self.credentials is not None:
+                await self.credentials.aclose()
 
 
 def resend_delay(config: StdioUpstreamConfig | HttpUpstreamConfig, attempt: int) -> float:

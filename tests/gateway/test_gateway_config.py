@@ -181,6 +181,89 @@ upstreams:
 """,
         7, ["upstreams.1.name", "'a__b'", "'__'"],
     ),
+    "upstream_token_exchange_on_stdio": (
+        f"""\
+upstreams:
+  - name: pay
+    transport: stdio
+    command: {PY}
+    auth:
+      mode: token_exchange
+      issuer: http://127.0.0.1:9
+      client_id: dex
+      client_secret_env: DEX_IDP_SECRET
+""",
+        2, ["upstreams.0", "token_exchange needs an HTTP upstream"],
+    ),
+    "upstream_auth_with_an_authorization_header": (
+        """\
+upstreams:
+  - name: crm
+    transport: streamable_http
+    url: http://127.0.0.1:9/mcp
+    headers: {Authorization: "Bearer robot"}
+    auth:
+      mode: token_exchange
+      issuer: http://127.0.0.1:9
+      client_id: dex
+      client_secret_env: HOME
+""",
+        2, ["upstreams.0", "headers.Authorization cannot be used with auth.mode token_exchange"],
+    ),
+    "upstream_auth_incomplete": (
+        """\
+upstreams:
+  - name: crm
+    transport: streamable_http
+    url: http://127.0.0.1:9/mcp
+    auth:
+      mode: client_credentials
+      token_endpoint: http://127.0.0.1:9/token
+""",
+        5, ["upstreams.0.auth", "needs client_id, client_secret_env"],
+    ),
+    "upstream_auth_secret_unset": (
+        """\
+upstreams:
+  - name: crm
+    transport: streamable_http
+    url: http://127.0.0.1:9/mcp
+    auth:
+      mode: client_credentials
+      issuer: https://idp.example.com
+      client_id: dex
+      client_secret_env: DEX_TEST_SURELY_UNSET_SECRET
+""",
+        9, ["upstreams.0.auth.client_secret_env", "DEX_TEST_SURELY_UNSET_SECRET", "is not set"],
+    ),
+    "upstream_auth_secret_in_yaml": (
+        """\
+upstreams:
+  - name: crm
+    transport: streamable_http
+    url: http://127.0.0.1:9/mcp
+    auth:
+      mode: client_credentials
+      issuer: https://idp.example.com
+      client_id: dex
+      client_secret_env: "hunter2 is my secret"
+""",
+        9, ["upstreams.0.auth.client_secret_env", "not an environment variable name"],
+    ),
+    "upstream_auth_http_issuer_off_loopback": (
+        """\
+upstreams:
+  - name: crm
+    transport: streamable_http
+    url: http://127.0.0.1:9/mcp
+    auth:
+      mode: client_credentials
+      issuer: http://idp.example.com
+      client_id: dex
+      client_secret_env: DEX_IDP_SECRET
+""",
+        7, ["upstreams.0.auth.issuer", "https://"],
+    ),
     "session_idle_under_sse_retry": (
         """\
 server:

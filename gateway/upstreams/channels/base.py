@@ -15,11 +15,14 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
 from ..sse import StreamCursor
+
+if TYPE_CHECKING:
+    from ..credentials import Bearer
 
 __all__ = ["UNBOUND", "Answer", "Channel", "Listener", "Negotiated"]
 
@@ -70,8 +73,10 @@ class Channel(Protocol):
     @property
     def alive(self) -> bool: ...
 
-    async def exchange(self, message: Message, negotiated: Negotiated, listener: Listener | None) -> Answer | None:
-        """Send one message; for a request (it has an id), wait for and return its answer."""
+    async def exchange(self, message: Message, negotiated: Negotiated, listener: Listener | None,
+                       bearer: "Bearer | None" = None) -> Answer | None:
+        """Send one message; for a request (it has an id), wait for and return its answer. `bearer`:
+        this request's own token (a caller's exchanged token), else the channel's own credentials."""
         ...
 
     def cancels_by_closing(self, negotiated: Negotiated) -> bool:

@@ -17,12 +17,20 @@ raises `SessionLost` (the upstream did not process the request). 2026-07-28 requ
 `RequestMaybeSent` -> `UpstreamInterrupted`, and `ResponseTooLarge` -> `UpstreamAnswerTooLarge`
 (an answer, or one SSE event, over the cap, read no further). An HTTP error status without a
 JSON-RPC error body, a body that is not JSON, or a stream without an answer: `UpstreamInterrupted`.
+A 401 (or a 403 with a Bearer challenge) is `UpstreamUnauthorized`, a kind of `UpstreamNotSent`:
+the upstream refused the credentials before running anything; its text names the upstream's
+challenge (error, scope, resource_metadata).
+
+Authorization: a request's own token (`bearer`: a caller's exchanged token) if it has one, else the
+gateway's own for this upstream (`credentials`, auth.mode client_credentials or token_exchange;
+gateway/upstreams/credentials.py), else the configured headers (auth.mode static).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -41,14 +49,16 @@ from ...errors import (
     UpstreamError,
     UpstreamInterrupted,
     UpstreamNotSent,
+    UpstreamUnauthorized,
 )
 from ...name_header import name_key
 from ..rpc import MODERN_VERSION
+from ..credentials import Bearer, UpstreamCredentials
 from ..sse import StreamCursor, read_answer, read_events
 from ..transport import AiohttpTransport, HttpRequest, HttpResponse, HttpTransport, ssl_context
 from .base import UNBOUND, Answer, Listener, Message, Negotiated
 
-__all__ = ["SESSION_HEADER", "HttpChannel"]
+__all__ = ["SESSION_HEADER", "HttpChannel", "unauthorized_text"]
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +84,7 @@ class HttpChannel:
         max_response_bytes: int | None = None,
         max_connections: int | None = None,
         pool_timeout: float = 30.0,
+        credentials: UpstreamCredentials | None = None,
     ) -> None:
         if transport is None:
             try:
@@ -89,6 +100,9 @@ class HttpChannel:
         self.transport = transport
         self.outside = UNBOUND
         self._headers = {key.lower(): value for key, value in headers.items()}
+        # The gateway's own token for this upstream (client_credentials, token_exchange), on every
+        # request that carries no caller's token; None or static: the configured headers only.
+        self._credentials = credentials if credentials is not None and credentials.active else None
         self._closed = False
 
     @property
@@ -97,6 +111,14 @@ class HttpChannel:
 
     def cancels_by_closing(self, negotiated: Negotiated) -> bool:
         return negotiated.version == MODERN_VERSION
+
+    async def _authorized(self, headers: dict[str, str], bearer: Bearer | None) -> dict[str, str]:
+        """`headers` with the request's Authorization: the caller's token, else the gateway's own."""
+        if bearer is None and self._credentials is not None:
+            bearer = await self._credentials.bearer(None)
+        if bearer is not None:
+            headers["authorization"] = bearer.header
+        return headers
 
     def _base_headers(self, negotiated: Negotiated) -> dict[str, str]:
         headers = {**self._headers, "accept": _ACCEPT}
@@ -108,8 +130,11 @@ class HttpChannel:
 
     # -- one exchange ---------------------------------------------------------------------
 
-    async def exchange(self, message: Message, negotiated: Negotiated, listener: Listener | None) -> Answer | None:
+    async def exchange(self, message: Message, negotiated: Negotiated, listener: Listener | None,
+                       bearer: Bearer | None = None) -> Answer | None:
         headers = {**self._base_headers(negotiated), "content-type": "application/json"}
+        if bearer is not None or self._credentials is not None:  # static: the headers as configured
+            headers = await self._authorized(headers, bearer)
         body = json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode()
         if "method" not in message or "id" not in message:
             await self._send_only(message, HttpRequest("POST", self.url, headers, body))
@@ -126,7 +151,8 @@ class HttpChannel:
             async with self.transport.stream(HttpRequest("POST", self.url, headers, body)) as response:
                 entered = True
                 session_id = response.headers.get(SESSION_HEADER) or None
-                answer = await self._read_response(negotiated, response, message["id"], listener or self.outside)
+                answer = await self._read_response(negotiated, response, message["id"], listener or self.outside,
+                                                   headers.get("authorization"))
                 return Answer(answer, session_id)
         except RequestNotSent as exc:
             if entered:  # only a nested exchange can raise it here; ours was sent
@@ -151,12 +177,18 @@ class HttpChannel:
             raise UpstreamNotSent(self.name, f"{what} failed", detail=str(exc)) from None
 
     async def _read_response(
-        self, negotiated: Negotiated, response: HttpResponse, request_id: int, listener: Listener
+        self, negotiated: Negotiated, response: HttpResponse, request_id: int, listener: Listener,
+        authorization: str | None = None,
     ) -> Message:
         status = response.status
         content_type = (response.headers.get("content-type") or "").lower()
         if status == 404 and negotiated.session_id is not None:
             raise SessionLost()
+        challenge = response.headers.get("www-authenticate") or ""
+        if status == 401 or (status == 403 and challenge.lower().startswith("bearer")):
+            await response.drain(_DRAIN_SECONDS)
+            # The upstream refused the credentials before running anything: not sent.
+            raise UpstreamUnauthorized(self.name, unauthorized_text(status, challenge, authorization is not None))
         if status >= 400 or status == 202:
             if content_type.startswith("application/json"):
                 parsed = _loads(await response.aread())
@@ -171,14 +203,15 @@ class HttpChannel:
                 raise UpstreamInterrupted(self.name, "unreadable response body (not JSON)")
             return parsed  # type: ignore[no-any-return]
         if content_type.startswith("text/event-stream"):
-            answer = await self._read_event_stream(negotiated, response, request_id, listener)
+            answer = await self._read_event_stream(negotiated, response, request_id, listener, authorization)
             if answer is None:
                 raise UpstreamInterrupted(self.name, "the response stream ended without an answer")
             return answer
         raise UpstreamInterrupted(self.name, f"unexpected content type {content_type or '(none)'!r} (HTTP {status})")
 
     async def _read_event_stream(
-        self, negotiated: Negotiated, response: HttpResponse, request_id: int, listener: Listener
+        self, negotiated: Negotiated, response: HttpResponse, request_id: int, listener: Listener,
+        authorization: str | None = None,
     ) -> Message | None:
         """Read SSE events until our answer; resume with Last-Event-ID when the server closes early."""
 
@@ -188,6 +221,8 @@ class HttpChannel:
         @asynccontextmanager
         async def resume(last_event_id: str) -> AsyncIterator[HttpResponse | None]:
             headers = {**self._base_headers(negotiated), "accept": "text/event-stream", "last-event-id": last_event_id}
+            if authorization is not None:
+                headers["authorization"] = authorization  # the same credentials as the request it resumes
             try:
                 async with self.transport.stream(HttpRequest("GET", self.url, headers)) as reopened:
                     content_type = (reopened.headers.get("content-type") or "").lower()
@@ -209,7 +244,11 @@ class HttpChannel:
         """One GET: True when it was open and ended, False when it failed, None when refused."""
         if negotiated.session_id is None:
             return None  # only a session has one
-        headers = {**self._base_headers(negotiated), "accept": "text/event-stream"}
+        try:
+            headers = await self._authorized({**self._base_headers(negotiated), "accept": "text/event-stream"}, None)
+        except UpstreamError as exc:
+            logger.info("upstream %s: no token for the standalone stream: %s", self.name, exc.reason)
+            return False
         if cursor.last_event_id is not None:
             headers["last-event-id"] = cursor.last_event_id
         outside = self.outside
@@ -241,11 +280,34 @@ class HttpChannel:
             # Courtesy DELETE so a stateful upstream can free the session; failures do not matter.
             with anyio.move_on_after(2):
                 try:
-                    async with self.transport.stream(HttpRequest("DELETE", self.url, self._base_headers(negotiated))):
+                    headers = await self._authorized(self._base_headers(negotiated), None)
+                    async with self.transport.stream(HttpRequest("DELETE", self.url, headers)):
                         pass
-                except TransportError:
+                except (TransportError, UpstreamError):
                     pass
         await self.transport.aclose()
+
+
+def unauthorized_text(status: int, challenge: str, sent_credentials: bool) -> str:
+    """What a client is told when the upstream refuses the gateway's request (401, or 403 with a
+    Bearer challenge): its own `error`, `error_description`, `scope` and `resource_metadata`."""
+    params = dict(_CHALLENGE_PARAM.findall(challenge))
+    what = "refused the credentials the gateway sent" if sent_credentials else "requires credentials the gateway did not send"
+    parts = [f"the upstream {what} (HTTP {status}"]
+    if params.get("error"):
+        parts.append(f", {params['error']}")
+    if params.get("error_description"):
+        parts.append(f": {params['error_description']}")
+    parts.append(")")
+    if params.get("scope"):
+        parts.append(f"; it requires scope {params['scope']!r}")
+    if params.get("resource_metadata"):
+        parts.append(f"; it describes the token it takes at {params['resource_metadata']}")
+    parts.append("; configure this upstream's auth (docs/auth.md, \"Upstream credentials\")")
+    return "".join(parts)
+
+
+_CHALLENGE_PARAM = re.compile(r'([A-Za-z_]+)="([^"]*)"')
 
 
 def _loads(body: bytes) -> Any:

@@ -21,7 +21,7 @@ import json
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 from anyio.abc import ByteReceiveStream, ByteSendStream, TaskGroup
@@ -31,6 +31,9 @@ from ...errors import UpstreamInterrupted, UpstreamNotSent
 from ..processes import start_process_group
 from ..sse import StreamCursor
 from .base import UNBOUND, Answer, Listener, Message, Negotiated
+
+if TYPE_CHECKING:
+    from ..credentials import Bearer
 
 __all__ = ["MAX_LINE_BYTES", "ProcessHandle", "StdioChannel"]
 
@@ -115,7 +118,8 @@ class StdioChannel:
         opened.set()
         return None  # everything outside an exchange already arrives on stdout
 
-    async def exchange(self, message: Message, negotiated: Negotiated, listener: Listener | None) -> Answer | None:
+    async def exchange(self, message: Message, negotiated: Negotiated, listener: Listener | None,
+                       bearer: Bearer | None = None) -> Answer | None:
         if not self._alive:
             raise UpstreamNotSent(self.name, _NOT_RUNNING)
         request_id = message.get("id")
