@@ -187,9 +187,10 @@ class UpstreamSession:
             answer: Message = {}
             failure: Exception | None = None
             try:
-                with anyio.fail_after(timeout):
-                    answer = await self._exchange(negotiated, method, params, relay, notices,
-                                                  anyio.current_time() + timeout, bearer)
+                with anyio.fail_after(timeout) as limit:
+                    # The timer itself: a cancellation it caused is our timeout, never the caller
+                    # going away (the cancel-on-disconnect rule in `_exchange`).
+                    answer = await self._exchange(negotiated, method, params, relay, notices, limit, bearer)
             except TimeoutError:
                 failure = UpstreamInterrupted(self.name, f"no answer within {timeout:g} s")
             except (UpstreamError, SessionLost) as exc:
@@ -217,7 +218,7 @@ class UpstreamSession:
         params: dict[str, Any] | None,
         relay: CallRelay | None = None,
         notices: CallNotices | None = None,
-        deadline: float = float("inf"),
+        timer: anyio.CancelScope | None = None,
         bearer: Bearer | None = None,
     ) -> Message:
         """Send one request and return its answer (the raw JSON-RPC message)."""
@@ -243,7 +244,7 @@ class UpstreamSession:
             # the same key, and the upstream should finish the first one (its own fence answers the
             # resend) rather than drop it.
             if (method != "initialize" and not self.channel.cancels_by_closing(negotiated) and self.channel.alive
-                    and anyio.current_time() < deadline):
+                    and not (timer is not None and timer.cancel_called)):
                 with anyio.CancelScope(shield=True), anyio.move_on_after(_CANCEL_SECONDS):
                     await self._send_cancelled(negotiated, request_id)
             raise

@@ -117,7 +117,8 @@ async def test_subscriptions_of_both_eras_reach_a_2026_upstream(tmp_path: Path, 
                     await modern.call_tool("test_trigger_resource_update", {"uri": uri})
                     await modern.call_tool("test_trigger_tool_change", {})
                     with anyio.fail_after(10):
-                        while not (recorder.updated(uri) and ResourceUpdated(uri=uri) in events and ToolsListChanged() in events):
+                        while not (recorder.updated(uri) and ResourceUpdated(uri=uri) in events and ToolsListChanged() in events
+                                   and any(isinstance(n, types.ToolListChangedNotification) for n in recorder.notifications)):
                             await anyio.sleep(0.05)
                     tg.cancel_scope.cancel()
             assert "test_dynamic_tool" in [t.name for t in (await modern.list_tools()).tools]
