@@ -17,7 +17,7 @@ import socket
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from mcp.server.stdio import stdio_server
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from starlette.applications import Starlette
 from starlette.routing import Route
+from starlette.types import ASGIApp
 
 STATE_DIR_ENV = "DEX_EXAMPLE_STATE_DIR"
 EXECUTIONS_FILE = "executions.jsonl"
@@ -58,13 +59,14 @@ def build_parser(description: str) -> argparse.ArgumentParser:
     return parser
 
 
-def serve(server: Server[Any], args: argparse.Namespace) -> None:
+def serve(server: Server[Any], args: argparse.Namespace, wrap: Callable[[ASGIApp], ASGIApp] | None = None) -> None:
+    """Serve over the transport `args` names; `wrap` puts middleware around the HTTP app."""
     if args.transport == "stdio":
         anyio.run(_serve_stdio, server)
     else:
         if args.host not in LOOPBACK_HOSTS:
             raise SystemExit(f"refusing to bind {args.host}: the example servers listen on loopback only")
-        anyio.run(_serve_http, server, args.host, args.port, args.json_response, args.stateful)
+        anyio.run(_serve_http, server, args.host, args.port, args.json_response, args.stateful, wrap)
 
 
 async def _serve_stdio(server: Server[Any]) -> None:
@@ -72,7 +74,8 @@ async def _serve_stdio(server: Server[Any]) -> None:
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
-async def _serve_http(server: Server[Any], host: str, port: int, json_response: bool, stateful: bool) -> None:
+async def _serve_http(server: Server[Any], host: str, port: int, json_response: bool, stateful: bool,
+                      wrap: Callable[[ASGIApp], ASGIApp] | None = None) -> None:
     manager = StreamableHTTPSessionManager(app=server, stateless=not stateful, json_response=json_response)
 
     @contextlib.asynccontextmanager
@@ -92,7 +95,8 @@ async def _serve_http(server: Server[Any], host: str, port: int, json_response: 
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     bound_port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1)
+    config = uvicorn.Config(wrap(app) if wrap is not None else app, log_level="warning", lifespan="on",
+                            timeout_graceful_shutdown=1)
     userver = uvicorn.Server(config)
     async with anyio.create_task_group() as tg:
         tg.start_soon(lambda: userver.serve(sockets=[sock]))
