@@ -26,9 +26,9 @@ from agent_host.gateway_client.credential import CredentialError
 from agent_host.gateway_client.issuer import IssuedToken, IssuerClient, load_login, login_path
 from agent_host.gateway_client.tools import GatewayToolSource
 from tests.agent_host.host_support import dex_agent, run_agent
-from tests.support.gateway import RunningGateway, start_gateway, write_config
+from tests.support.gateway import RunningGateway, start_oauth_gateway
 from tests.support.idp import MACHINE, PUBLIC, Idp, IdpError
-from tests.support.servers import free_port, read_executions, start_http_server
+from tests.support.servers import read_executions, start_http_server
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -55,14 +55,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     root = tmp_path_factory.mktemp("issuer-stack")
     with Idp(client_credentials_ttl=CC_TTL, access_token_ttl=USER_TTL) as idp, \
             start_http_server("dex_server", state_dir=root / "payments") as payments:
-        port = free_port()
-        resource = f"http://127.0.0.1:{port}/mcp"
-        config = write_config(root, {
-            "auth": {"oauth": {"resource": resource, "issuers": [{"issuer": idp.issuer}], "required_scopes": ["mcp"]}},
+        config = {
             "upstreams": [{"name": "payments", "transport": "streamable_http", "url": payments.url}],
             "fences": {"store": f"sqlite:///{root / 'gw.db'}"},
-        })
-        with start_gateway(config, port=port) as gateway:
+        }
+        with start_oauth_gateway(root, idp.issuer, config) as (gateway, resource):
             yield Stack(idp, gateway, resource, root / "payments")
 
 

@@ -12,9 +12,7 @@
 
 from __future__ import annotations
 
-import fcntl
 import json
-import shutil
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,9 +27,10 @@ from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAu
 from pydantic import AnyUrl
 
 from tests.gateway.helpers import all_tools, text_of
-from tests.support.gateway import RunningGateway, start_gateway, stdio_upstream, write_config
+from tests.support.npm import npm_installed
+from tests.support.gateway import RunningGateway, start_oauth_gateway, stdio_upstream
 from tests.support.idp import DEFAULT_REDIRECT, PUBLIC, Idp
-from tests.support.servers import count_executions, free_port
+from tests.support.servers import count_executions
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
 
@@ -50,17 +49,8 @@ class Setup:
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     root = tmp_path_factory.mktemp("oauth-clients")
     with Idp() as idp:
-        port = free_port()
-        resource = f"http://127.0.0.1:{port}/mcp"
-        config = write_config(root, {
-            "auth": {"oauth": {
-                "resource": resource,
-                "issuers": [{"issuer": idp.issuer}],
-                "required_scopes": ["mcp"],
-            }},
-            "upstreams": [stdio_upstream("notes", "plain_server", state_dir=root / "notes", keyless_writes="pass")],
-        })
-        with start_gateway(config, port=port) as gateway:
+        config = {"upstreams": [stdio_upstream("notes", "plain_server", state_dir=root / "notes", keyless_writes="pass")]}
+        with start_oauth_gateway(root, idp.issuer, config) as (gateway, resource):
             yield Setup(gateway, idp, resource, root / "notes")
 
 
@@ -153,18 +143,7 @@ async def test_without_a_login_the_python_sdk_client_gets_nothing(setup: Setup) 
 
 
 def _ts_client_node() -> str:
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if node is None or npm is None:
-        pytest.skip("node and npm are needed to run the TypeScript SDK client")
-    installed = TS_CLIENT / "node_modules" / "@modelcontextprotocol" / "sdk" / "package.json"
-    with open(TS_CLIENT / ".npm-install.lock", "w") as lock:  # two test processes: one installs (`make idp` too)
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not installed.exists():
-            done = subprocess.run([npm, "ci", "--prefix", str(TS_CLIENT), "--no-audit", "--no-fund", "--prefer-offline"],
-                                  capture_output=True, text=True, timeout=600)
-            if done.returncode != 0 or not installed.exists():
-                pytest.fail(f"npm ci in {TS_CLIENT} failed: {done.stderr[-2000:]}")
-    return node
+    return npm_installed(TS_CLIENT, "@modelcontextprotocol/sdk", "the TypeScript SDK client")
 
 
 def test_the_typescript_sdk_client_logs_in_by_itself(setup: Setup) -> None:

@@ -31,9 +31,9 @@ from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAu
 from pydantic import AnyUrl
 
 from tests.gateway.helpers import all_tools, connect, text_of
-from tests.support.gateway import RunningGateway, start_gateway, stdio_upstream, write_config
+from tests.support.gateway import RunningGateway, start_oauth_gateway, stdio_upstream
 from tests.support.idp import MACHINE, Idp
-from tests.support.servers import count_executions, free_port
+from tests.support.servers import count_executions
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
 
@@ -50,25 +50,16 @@ class Setup:
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     root = tmp_path_factory.mktemp("oauth-idp")
     with Idp() as idp:
-        port = free_port()
-        resource = f"http://127.0.0.1:{port}/mcp"
-        config = write_config(root, {
-            "auth": {"oauth": {
-                "resource": resource,
-                "issuers": [{"issuer": idp.issuer}],  # jwks_uri from its openid-configuration
-                "required_scopes": ["mcp"],
-                "jwks_min_refetch_seconds": 1,
-                "grants": [
-                    {"when": {"client_id": [MACHINE]}, "tools": ["billing__*"]},
-                    {"when": {"groups": ["engineering"]}, "tools": ["notes__*"]},
-                ],
-            }},
-            "upstreams": [
-                stdio_upstream("billing", "dex_server", state_dir=root / "billing"),
-                stdio_upstream("notes", "plain_server", state_dir=root / "notes", keyless_writes="pass"),
-            ],
-        })
-        with start_gateway(config, port=port) as gateway:
+        # jwks_uri from the provider's openid-configuration
+        oauth = {"jwks_min_refetch_seconds": 1, "grants": [
+            {"when": {"client_id": [MACHINE]}, "tools": ["billing__*"]},
+            {"when": {"groups": ["engineering"]}, "tools": ["notes__*"]},
+        ]}
+        config = {"upstreams": [
+            stdio_upstream("billing", "dex_server", state_dir=root / "billing"),
+            stdio_upstream("notes", "plain_server", state_dir=root / "notes", keyless_writes="pass"),
+        ]}
+        with start_oauth_gateway(root, idp.issuer, config, oauth=oauth) as (gateway, resource):
             yield Setup(idp, gateway, resource, root / "billing")
 
 

@@ -23,9 +23,9 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 from tests.gateway.helpers import ERAS, all_tools, connect, text_of
-from tests.support.gateway import RunningGateway, start_gateway, write_config
+from tests.support.gateway import RunningGateway, start_oauth_gateway
 from tests.support.scripted_server import SCRIPT_FILE, SCRIPT_PATH, STATE_ENV, read_attempts
-from tests.support.servers import REPO_ROOT, free_port
+from tests.support.servers import REPO_ROOT
 
 jwks_issuer = pytest.importorskip("tests.support.jwks_issuer", reason="no OAuth resource server in this gateway yet")
 
@@ -62,15 +62,12 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     ]}))
     with jwks_issuer.JwksIssuer() as idp:
         key = idp.add_key("k1")
-        port = free_port()
-        resource = f"http://127.0.0.1:{port}/mcp"
-        config = write_config(root, {
-            "auth": {"oauth": {"resource": resource, "issuers": [{"issuer": idp.url}], "required_scopes": ["mcp"]}},
+        config = {
             "upstreams": [{"name": "billing", "transport": "stdio", "command": sys.executable,
                            "args": [str(SCRIPT_PATH)], "env": {STATE_ENV: str(state)}, "cwd": str(REPO_ROOT)}],
             "policy": {"rules": RULES},
-        })
-        with start_gateway(config, port=port) as gateway:
+        }
+        with start_oauth_gateway(root, idp.url, config) as (gateway, resource):
             yield Setup(gateway, idp, key, resource, state)
 
 

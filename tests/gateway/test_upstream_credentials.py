@@ -32,10 +32,10 @@ from gateway.config.model import HttpUpstreamConfig
 from gateway.errors import UpstreamNotSent
 from gateway.upstreams.credentials import UpstreamCredentials
 from tests.gateway.helpers import KEY, OUTCOME, connect, mcp_errors, meta_of, new_key, text_of
-from tests.support.gateway import RunningGateway, http_upstream, start_gateway, write_config
+from tests.support.gateway import RunningGateway, http_upstream, start_oauth_gateway
 from tests.support.idp import EXCHANGER, TOKEN_EXCHANGE, Idp, IdpClient, default_clients
 from tests.support.processes import spawn_listening, terminate
-from tests.support.servers import REPO_ROOT, STATE_DIR_ENV, free_port
+from tests.support.servers import REPO_ROOT, STATE_DIR_ENV
 from tests.support.token_server import ME, SCRIPT_PATH, claims_of, read_records
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
@@ -88,17 +88,14 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
             "token_endpoint_auth_method": "client_secret_basic"})
         with Idp(clients={**default_clients(), LIMITED: limited},
                  resources={upstreams["brief"].url: {"ttl": 4}}) as idp:
-            port = free_port()
-            gateway_url = f"http://127.0.0.1:{port}/mcp"
 
             def auth(mode: str, **more: Any) -> dict[str, Any]:
                 return {"mode": mode, "issuer": idp.issuer, "client_id": EXCHANGER, "client_secret_env": SECRET_ENV,
                         **more}
 
-            config = write_config(root, {
+            config = {
                 "auth": {
                     "tokens": [{"principal": "ci", "token_sha256": hashlib.sha256(STATIC_TOKEN.encode()).hexdigest()}],
-                    "oauth": {"resource": gateway_url, "issuers": [{"issuer": idp.issuer}]},
                 },
                 "upstreams": [
                     http_upstream("people", upstreams["people"].url, protocol=MODERN, auth=auth("token_exchange")),
@@ -114,10 +111,10 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
                     http_upstream("sessions", upstreams["sessions"].url, protocol="handshake",
                                   auth=auth("token_exchange")),
                 ],
-            })
+            }
             env = {SECRET_ENV: idp.client(EXCHANGER).client_secret or "",
                    LIMITED_SECRET_ENV: limited.client_secret or ""}
-            with start_gateway(config, port=port, env=env) as gateway:
+            with start_oauth_gateway(root, idp.issuer, config, oauth={"required_scopes": []}, env=env) as (gateway, _):
                 yield Setup(idp, gateway, upstreams)
     finally:
         for process in processes:

@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 from tests.support.processes import spawn_listening
-from tests.support.servers import REPO_ROOT, STATE_DIR_ENV, example_script
+from tests.support.servers import REPO_ROOT, STATE_DIR_ENV, example_script, free_port
 
 GATEWAY_BIN = Path(sys.executable).parent / "dex-gateway"
 
@@ -162,6 +162,20 @@ def start_gateway(config_path: Path, *, port: int = 0, env: Mapping[str, str] | 
         yield gateway
     finally:
         gateway.stop()
+
+
+@contextmanager
+def start_oauth_gateway(root: Path, issuer: str, config: Mapping[str, Any], *, oauth: Mapping[str, Any] | None = None,
+                        env: Mapping[str, str] | None = None) -> Iterator[tuple[RunningGateway, str]]:
+    """A gateway on a free loopback port whose `auth.oauth` trusts `issuer`, with its own `/mcp` URL
+    as the audience and scope `mcp` required (`oauth`: more or other keys); `config`: the rest,
+    `auth.tokens` included. Yields the gateway and its resource URL."""
+    port = free_port()
+    resource = f"http://127.0.0.1:{port}/mcp"
+    settings = {"resource": resource, "issuers": [{"issuer": issuer}], "required_scopes": ["mcp"], **(oauth or {})}
+    data = {**config, "auth": {**config.get("auth", {}), "oauth": settings}}
+    with start_gateway(write_config(root, data), port=port, env=env) as gateway:
+        yield gateway, resource
 
 
 def run_gateway_cli(*args: str, env: Mapping[str, str] | None = None,

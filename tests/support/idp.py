@@ -25,7 +25,6 @@ Client secrets and user passwords are generated per run (never in the repo).
 from __future__ import annotations
 
 import base64
-import fcntl
 import hashlib
 import json
 import os
@@ -42,9 +41,9 @@ from urllib.parse import parse_qs, urlencode, urljoin, urlsplit
 
 import httpx
 import jwt
-import pytest
 
 from mcp.shared.auth import AuthorizationCodeResult
+from tests.support.npm import npm_installed
 from tests.support.processes import spawn_listening, terminate
 from tests.support.servers import REPO_ROOT
 
@@ -66,7 +65,6 @@ __all__ = [
 
 IDP_DIR = REPO_ROOT / "tests" / "support" / "idp"
 PROVIDER = IDP_DIR / "provider.mjs"
-INSTALLED = IDP_DIR / "node_modules" / "oidc-provider" / "package.json"
 TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"
 DEVICE_CODE = "urn:ietf:params:oauth:grant-type:device_code"
 ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"
@@ -81,21 +79,8 @@ class IdpError(AssertionError):
 
 
 def ensure_installed() -> str:
-    """The node binary, with oidc-provider installed from package-lock.json (`npm ci`, once:
-    `make idp` does the same). Skips, saying why, only when node or npm is missing."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if node is None or npm is None:
-        pytest.skip("node and npm are needed to run the test identity provider (oidc-provider)")
-    if INSTALLED.exists():
-        return node
-    with open(IDP_DIR / ".npm-install.lock", "w") as lock:  # two test processes: one installs
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not INSTALLED.exists():
-            done = subprocess.run([npm, "ci", "--prefix", str(IDP_DIR), "--no-audit", "--no-fund", "--prefer-offline"],
-                                  capture_output=True, text=True, timeout=600)
-            if done.returncode != 0 or not INSTALLED.exists():
-                pytest.fail(f"npm ci in {IDP_DIR} failed: {done.stderr[-2000:]}")
-    return node
+    """The node binary, with oidc-provider installed from package-lock.json (tests/support/npm.py)."""
+    return npm_installed(IDP_DIR, "oidc-provider", "the test identity provider (oidc-provider)")
 
 
 @dataclass(frozen=True)
