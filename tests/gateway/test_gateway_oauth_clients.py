@@ -23,13 +23,13 @@ import pytest
 from mcp import Client
 from mcp.client.auth import OAuthClientProvider
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
+from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata
 from pydantic import AnyUrl
 
 from tests.gateway.helpers import all_tools, text_of
 from tests.support.npm import npm_installed
 from tests.support.gateway import RunningGateway, start_oauth_gateway, stdio_upstream
-from tests.support.idp import DEFAULT_REDIRECT, PUBLIC, Idp
+from tests.support.idp import DEFAULT_REDIRECT, PUBLIC, Idp, MemoryStorage
 from tests.support.servers import count_executions
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
@@ -52,26 +52,6 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
         config = {"upstreams": [stdio_upstream("notes", "plain_server", state_dir=root / "notes", keyless_writes="pass")]}
         with start_oauth_gateway(root, idp.issuer, config) as (gateway, resource):
             yield Setup(gateway, idp, resource, root / "notes")
-
-
-class MemoryStorage:
-    """The SDK's TokenStorage, in memory: what the client registered and the tokens it holds."""
-
-    def __init__(self, client_info: OAuthClientInformationFull | None = None) -> None:
-        self.tokens: OAuthToken | None = None
-        self.client_info = client_info
-
-    async def get_tokens(self) -> OAuthToken | None:
-        return self.tokens
-
-    async def set_tokens(self, tokens: OAuthToken) -> None:
-        self.tokens = tokens
-
-    async def get_client_info(self) -> OAuthClientInformationFull | None:
-        return self.client_info
-
-    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
-        self.client_info = client_info
 
 
 def _preregistered() -> OAuthClientInformationFull:

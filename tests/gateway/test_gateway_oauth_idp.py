@@ -27,12 +27,12 @@ import pytest
 from mcp import Client
 from mcp.client.auth import OAuthClientProvider
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
+from mcp.shared.auth import OAuthClientMetadata
 from pydantic import AnyUrl
 
 from tests.gateway.helpers import all_tools, connect, text_of
 from tests.support.gateway import RunningGateway, start_oauth_gateway, stdio_upstream
-from tests.support.idp import MACHINE, Idp
+from tests.support.idp import MACHINE, Idp, MemoryStorage
 from tests.support.servers import count_executions
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
@@ -91,29 +91,9 @@ async def test_a_user_logged_in_at_the_provider_gets_the_tools_of_their_groups(s
     assert names and all(n.startswith("notes__") for n in names), names  # alice is in engineering
 
 
-class _Memory:
-    """The SDK client's token storage, in memory."""
-
-    def __init__(self) -> None:
-        self.tokens: OAuthToken | None = None
-        self.client: OAuthClientInformationFull | None = None
-
-    async def get_tokens(self) -> OAuthToken | None:
-        return self.tokens
-
-    async def set_tokens(self, tokens: OAuthToken) -> None:
-        self.tokens = tokens
-
-    async def get_client_info(self) -> OAuthClientInformationFull | None:
-        return self.client
-
-    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
-        self.client = client_info
-
-
 async def test_the_sdk_client_discovers_the_provider_logs_in_and_calls(setup: Setup, era: str) -> None:
     redirect_handler, callback_handler = setup.idp.browser("alice").handlers()
-    storage = _Memory()
+    storage = MemoryStorage()
     oauth = OAuthClientProvider(
         setup.resource,
         OAuthClientMetadata(redirect_uris=[AnyUrl("http://127.0.0.1:53682/callback")], scope="mcp",
@@ -125,7 +105,7 @@ async def test_the_sdk_client_discovers_the_provider_logs_in_and_calls(setup: Se
         result = await client.call_tool("notes__list_notes", {})
     assert result.is_error is False, text_of(result)
     assert names and all(n.startswith("notes__") for n in names), names  # alice: engineering
-    assert storage.tokens is not None and storage.client is not None  # it registered and logged in
+    assert storage.tokens is not None and storage.client_info is not None  # it registered and logged in
 
 
 def test_a_token_of_the_provider_for_another_resource_is_refused(setup: Setup) -> None:

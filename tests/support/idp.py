@@ -42,7 +42,7 @@ from urllib.parse import parse_qs, urlencode, urljoin, urlsplit
 import httpx
 import jwt
 
-from mcp.shared.auth import AuthorizationCodeResult
+from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthToken
 from tests.support.npm import npm_installed
 from tests.support.processes import spawn_listening, terminate
 from tests.support.servers import REPO_ROOT
@@ -56,6 +56,7 @@ __all__ = [
     "AuthorizationResponse",
     "Browser",
     "Idp",
+    "MemoryStorage",
     "IdpClient",
     "IdpError",
     "IdpUser",
@@ -528,3 +529,23 @@ def _hidden(page: str, name: str) -> str:
     if match is None:
         raise IdpError(f"no hidden {name} field in the device page: {page[:500]}")
     return match.group(1)
+
+
+class MemoryStorage:
+    """The SDK's TokenStorage, in memory: what the client registered and the tokens it holds."""
+
+    def __init__(self, client_info: OAuthClientInformationFull | None = None) -> None:
+        self.tokens: OAuthToken | None = None
+        self.client_info = client_info
+
+    async def get_tokens(self) -> OAuthToken | None:
+        return self.tokens
+
+    async def set_tokens(self, tokens: OAuthToken) -> None:
+        self.tokens = tokens
+
+    async def get_client_info(self) -> OAuthClientInformationFull | None:
+        return self.client_info
+
+    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+        self.client_info = client_info
