@@ -1,0 +1,306 @@
+"""Approvals enforced at the gateway (docs/approvals.md), end to end: a real `dex-gateway serve`
+with the example payments server over stdio, the official MCP SDK client of each era, and the
+admin API over HTTP. Executions are counted in the upstream's own log, by idempotency key."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import httpx2
+import mcp_types as types
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from tests.gateway.helpers import KEY, OUTCOME, meta_of, new_key, text_of
+from tests.support.gateway import RunningGateway, run_gateway_cli, start_gateway, stdio_upstream, write_config
+from tests.support.servers import read_executions
+
+TOKENS = {"alice": "alice-agent-token", "bob": "bob-agent-token", "carol": "carol-approver-token",
+          "admin": "the-admin-token"}
+LEGACY, MODERN = "legacy", "2026-07-28"
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
+
+
+def sha(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def config_for(state: Path, **approvals: Any) -> dict[str, Any]:
+    return {
+        "server": {"stateful": True},
+        "auth": {
+            "tokens": [
+                {"principal": "alice", "token_sha256": sha(TOKENS["alice"]), "approvals": "gateway"},
+                {"principal": "bob", "token_sha256": sha(TOKENS["bob"])},  # approvals: client (default)
+            ],
+            "approver_tokens": [{"name": "carol", "token_sha256": sha(TOKENS["carol"])}],
+            "admin_token_sha256": sha(TOKENS["admin"]),
+        },
+        "approvals": {"wait_seconds": 20, "poll_seconds": 0.05, **approvals},
+        "policy": {"rules": [{"name": "large-refunds", "tools": ["pay__refund"], "principals": ["bob"],
+                              "when": "arguments.amount > 5000", "effect": "require_approval",
+                              "message": "refunds over 5,000 need finance"}]},
+        "upstreams": [stdio_upstream("pay", "dex_server", state_dir=state)],
+    }
+
+
+@dataclass
+class Setup:
+    gateway: RunningGateway
+    state: Path
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
+    root = tmp_path_factory.mktemp("approvals")
+    state = root / "pay"
+    state.mkdir()
+    with start_gateway(write_config(root, config_for(state))) as gateway:
+        gateway.wait_for_log("catalog ready", timeout=30)
+        yield Setup(gateway, state)
+
+
+@dataclass
+class Asked:
+    """What the client's user was asked, and how it answers."""
+
+    action: str = "accept"
+    messages: list[str] = field(default_factory=list)
+
+    async def elicit(self, context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        self.messages.append(params.message)
+        return types.ElicitResult(action=self.action, content={} if self.action == "accept" else None)  # type: ignore[arg-type]
+
+
+@asynccontextmanager
+async def connect(url: str, era: str, token: str, asked: Asked | None = None) -> AsyncIterator[Client]:
+    """The SDK client as a plain client: a bearer token, and an elicitation callback only with `asked`."""
+    http = httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30, read=120))
+    options: dict[str, Any] = {"elicitation_callback": asked.elicit} if asked is not None else {}
+    async with http, Client(streamable_http_client(url, http_client=http), mode=era, cache=None,  # type: ignore[arg-type]
+                            read_timeout_seconds=60, **options) as client:
+        yield client
+
+
+def count_executions(state: Path, *, tool: str, key: str) -> int:
+    """Executions of `tool` for this call: the upstream sees the key scoped to the principal (`<hash>/<key>`)."""
+    return sum(1 for r in read_executions(state, tool=tool) if str(r.get("idempotency_key")).endswith("/" + key))
+
+
+def refund(amount: float, order: str = "o-1") -> dict[str, Any]:
+    return {"order": order, "amount": amount}
+
+
+async def admin_get(gateway: RunningGateway, token: str, state: str = "pending") -> httpx.Response:
+    async with httpx.AsyncClient(base_url=gateway.base, timeout=10) as http:
+        return await http.get("/admin/approvals", params={"state": state}, headers={"authorization": f"Bearer {token}"})
+
+
+async def decide(gateway: RunningGateway, token: str, approval_id: str, decision: str,
+                 reason: str | None = None) -> httpx.Response:
+    body: dict[str, Any] = {"decision": decision, **({"reason": reason} if reason else {})}
+    async with httpx.AsyncClient(base_url=gateway.base, timeout=10) as http:
+        return await http.post(f"/admin/approvals/{approval_id}/decision", json=body,
+                               headers={"authorization": f"Bearer {token}"})
+
+
+async def pending_for(gateway: RunningGateway, key: str, timeout: float = 10.0) -> dict[str, Any]:
+    """The pending approval of the call with this key, once the gateway holds it."""
+    with anyio.fail_after(timeout):
+        while True:
+            response = await admin_get(gateway, TOKENS["carol"])
+            assert response.status_code == 200, response.text
+            found = [a for a in response.json()["approvals"] if a["idempotency_key"] == key]
+            if found:
+                return found[0]
+            await anyio.sleep(0.05)
+
+
+# -- the client's user decides ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("era", [LEGACY, MODERN])
+async def test_the_clients_user_allows_and_the_write_runs_once(setup: Setup, era: str) -> None:
+    asked = Asked("accept")
+    key = new_key("allow")
+    async with connect(setup.gateway.url, era, TOKENS["alice"], asked) as client:
+        first = await client.call_tool("pay__refund", refund(40, "o-<b>\u202e"), meta={KEY: key})
+        again = await client.call_tool("pay__refund", refund(40, "o-<b>\u202e"), meta={KEY: key})
+    assert first.is_error is False, text_of(first)
+    assert text_of(again) == text_of(first)
+    assert count_executions(setup.state, tool="refund", key=key) == 1
+    assert len(asked.messages) == 1  # the retry with the same key is not asked again
+    card = asked.messages[0]
+    # The call itself, escaped: the tool, its upstream, the arguments (a bidi override made visible).
+    assert "alice" in card and "pay__refund" in card and "upstream pay" in card
+    assert 'order: "o-<b>\\u202e"' in card and "amount: 40" in card and "\u202e" not in card
+    listed = (await admin_get(setup.gateway, TOKENS["admin"], "decided")).json()["approvals"]
+    mine = [a for a in listed if a["idempotency_key"] == key]
+    assert mine and mine[0]["state"] == "allowed"
+    assert mine[0]["channel"] == ("elicitation" if era == LEGACY else "input_required")
+    assert mine[0]["decided_by"] == "the user of alice" and mine[0]["card"] == card
+
+
+@pytest.mark.parametrize("era", [LEGACY, MODERN])
+async def test_the_clients_user_declines_and_nothing_runs(setup: Setup, era: str) -> None:
+    asked = Asked("decline")
+    key = new_key("decline")
+    async with connect(setup.gateway.url, era, TOKENS["alice"], asked) as client:
+        result = await client.call_tool("pay__refund", refund(41), meta={KEY: key})
+        again = await client.call_tool("pay__refund", refund(41), meta={KEY: key})
+    assert result.is_error is True
+    assert meta_of(result)[OUTCOME] == "rejected"
+    assert "approval denied" in text_of(result)
+    assert "approval denied" in text_of(again) and len(asked.messages) == 1
+    assert count_executions(setup.state, tool="refund", key=key) == 0
+
+
+# -- an approver decides while the client waits -------------------------------------------------------
+
+
+async def test_an_approver_allows_a_waiting_call_of_a_client_without_elicitation(setup: Setup) -> None:
+    key = new_key("approver")
+    results: list[types.CallToolResult] = []
+
+    async def call() -> None:
+        async with connect(setup.gateway.url, LEGACY, TOKENS["alice"]) as client:
+            results.append(await client.call_tool("pay__refund", refund(42, "o-42"), meta={KEY: key}))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call)
+        held = await pending_for(setup.gateway, key)
+        assert count_executions(setup.state, tool="refund", key=key) == 0  # held before anything is sent
+        assert held["principal"] == "alice" and held["tool"] == "pay__refund" and held["upstream"] == "pay"
+        assert held["arguments"] == {"order": "o-42", "amount": 42} and held["state"] == "pending"
+        assert held["created_at"].endswith("Z") and held["expires_at"].endswith("Z")
+        # The calling principal's own token cannot decide; nor can a request without credentials.
+        own = await decide(setup.gateway, TOKENS["alice"], held["id"], "allow")
+        assert own.status_code == 403, own.text
+        async with httpx.AsyncClient(base_url=setup.gateway.base) as http:
+            bare = await http.post(f"/admin/approvals/{held['id']}/decision", json={"decision": "allow"})
+        assert bare.status_code == 401
+        bad = await decide(setup.gateway, TOKENS["carol"], held["id"], "maybe")
+        assert bad.status_code == 400 and "decision" in bad.json()["error"]
+        allowed = await decide(setup.gateway, TOKENS["carol"], held["id"], "allow", reason="checked the order")
+        assert allowed.status_code == 200, allowed.text
+        assert allowed.json()["state"] == "allowed" and allowed.json()["decided_by"] == "carol"
+    assert results[0].is_error is False, text_of(results[0])
+    assert count_executions(setup.state, tool="refund", key=key) == 1
+    # A replayed (or a later, other) decision gets the first answer.
+    replayed = await decide(setup.gateway, TOKENS["admin"], held["id"], "deny")
+    assert replayed.status_code == 409
+    assert replayed.json()["state"] == "allowed" and replayed.json()["decided_by"] == "carol"
+    assert replayed.json()["reason"] == "checked the order"
+    missing = await decide(setup.gateway, TOKENS["carol"], "0" * 32, "allow")
+    assert missing.status_code == 404
+
+
+async def test_an_approver_denies(setup: Setup) -> None:
+    key = new_key("denied")
+    results: list[types.CallToolResult] = []
+
+    async def call() -> None:
+        async with connect(setup.gateway.url, MODERN, TOKENS["alice"]) as client:  # 2026, no elicitation
+            results.append(await client.call_tool("pay__refund", refund(43), meta={KEY: key}))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call)
+        held = await pending_for(setup.gateway, key)
+        assert (await decide(setup.gateway, TOKENS["carol"], held["id"], "deny", "no such order")).status_code == 200
+    assert results[0].is_error and meta_of(results[0])[OUTCOME] == "rejected"
+    assert "approval denied (no such order)" in text_of(results[0])
+    assert count_executions(setup.state, tool="refund", key=key) == 0
+
+
+async def test_a_principal_with_client_approvals_is_not_held(setup: Setup) -> None:
+    key = new_key("client")
+    async with connect(setup.gateway.url, LEGACY, TOKENS["bob"]) as client:
+        result = await client.call_tool("pay__refund", refund(44), meta={KEY: key})
+    assert result.is_error is False, text_of(result)
+    assert count_executions(setup.state, tool="refund", key=key) == 1
+
+
+# -- policy: a per-call rule --------------------------------------------------------------------------
+
+
+async def test_a_refund_over_5000_waits_for_a_decision_and_one_under_runs_at_once(setup: Setup) -> None:
+    small, large = new_key("small"), new_key("large")
+    results: list[types.CallToolResult] = []
+    async with connect(setup.gateway.url, LEGACY, TOKENS["bob"]) as client:
+        under = await client.call_tool("pay__refund", refund(100), meta={KEY: small})
+
+        async def call() -> None:
+            results.append(await client.call_tool("pay__refund", refund(6000), meta={KEY: large}))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            held = await pending_for(setup.gateway, large)
+            assert "policy rule 'large-refunds': refunds over 5,000 need finance" in held["card"]
+            assert (await decide(setup.gateway, TOKENS["carol"], held["id"], "deny")).status_code == 200
+    assert under.is_error is False and count_executions(setup.state, tool="refund", key=small) == 1
+    assert "approval denied" in text_of(results[0]) and count_executions(setup.state, tool="refund", key=large) == 0
+
+
+# -- deadline, restart ----------------------------------------------------------------------------------
+
+
+async def test_the_deadline_rejects(tmp_path: Path) -> None:
+    state = tmp_path / "pay"
+    state.mkdir()
+    key = new_key("late")
+    with start_gateway(write_config(tmp_path, config_for(state, deadline_seconds=1.5, wait_seconds=0))) as gateway:
+        async with connect(gateway.url, LEGACY, TOKENS["alice"]) as client:
+            waiting = await client.call_tool("pay__refund", refund(45), meta={KEY: key})
+            held = (await admin_get(gateway, TOKENS["carol"])).json()["approvals"][0]
+            await anyio.sleep(1.6)
+            late = await client.call_tool("pay__refund", refund(45), meta={KEY: key})
+        too_late = await decide(gateway, TOKENS["carol"], held["id"], "allow")
+    assert "waiting for an approver's decision" in text_of(waiting) and held["idempotency_key"] == key
+    assert late.is_error and meta_of(late)[OUTCOME] == "rejected" and "approval deadline passed" in text_of(late)
+    assert too_late.status_code == 409 and too_late.json()["state"] == "expired"
+    assert count_executions(state, tool="refund", key=key) == 0
+
+
+async def test_a_pending_approval_survives_sigkill_and_the_retry_runs_once(tmp_path: Path) -> None:
+    state = tmp_path / "pay"
+    state.mkdir()
+    key = new_key("killed")
+    config = write_config(tmp_path, config_for(state))
+    with start_gateway(config) as gateway:
+
+        async def call() -> None:
+            try:
+                async with connect(gateway.url, LEGACY, TOKENS["alice"]) as client:
+                    await client.call_tool("pay__refund", refund(46), meta={KEY: key})
+            except BaseException:  # noqa: BLE001 - the gateway is killed under it
+                pass
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            held = await pending_for(gateway, key)
+            gateway.kill()
+            tg.cancel_scope.cancel()
+        gateway.start()
+        after = await pending_for(gateway, key)
+        assert after["id"] == held["id"] and after["state"] == "pending"
+        # The operator decides with the CLI, on the database.
+        done = run_gateway_cli("approvals", "decide", held["id"], "allow", "--reason", "ok", "--as", "dana",
+                               "--config", str(config))
+        assert done.returncode == 0, done.stderr
+        async with connect(gateway.url, LEGACY, TOKENS["alice"]) as client:
+            ran = await client.call_tool("pay__refund", refund(46), meta={KEY: key})
+            again = await client.call_tool("pay__refund", refund(46), meta={KEY: key})
+        listed = run_gateway_cli("approvals", "list", "--state", "decided", "--config", str(config))
+    assert ran.is_error is False, text_of(ran)
+    assert text_of(again) == text_of(ran)
+    assert count_executions(state, tool="refund", key=key) == 1
+    assert held["id"] in listed.stdout and "cli:dana (cli)" in listed.stdout
