@@ -24,7 +24,7 @@ from tests.support.gateway import RunningGateway, run_gateway_cli, start_gateway
 from tests.support.servers import read_executions
 
 TOKENS = {"alice": "alice-agent-token", "bob": "bob-agent-token", "carol": "carol-approver-token",
-          "admin": "the-admin-token"}
+          "alice-approver": "alice-approver-token", "admin": "the-admin-token"}
 LEGACY, MODERN = "legacy", "2026-07-28"
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
@@ -42,7 +42,9 @@ def config_for(state: Path, **approvals: Any) -> dict[str, Any]:
                 {"principal": "alice", "token_sha256": sha(TOKENS["alice"]), "approvals": "gateway"},
                 {"principal": "bob", "token_sha256": sha(TOKENS["bob"])},  # approvals: client (default)
             ],
-            "approver_tokens": [{"name": "carol", "token_sha256": sha(TOKENS["carol"])}],
+            "approver_tokens": [{"name": "carol", "token_sha256": sha(TOKENS["carol"])},
+                                # An approver named like a principal never decides that principal's calls.
+                                {"name": "alice", "token_sha256": sha(TOKENS["alice-approver"])}],
             "admin_token_sha256": sha(TOKENS["admin"]),
         },
         "approvals": {"wait_seconds": 20, "poll_seconds": 0.05, **approvals},
@@ -185,6 +187,8 @@ async def test_an_approver_allows_a_waiting_call_of_a_client_without_elicitation
         # The calling principal's own token cannot decide; nor can a request without credentials.
         own = await decide(setup.gateway, TOKENS["alice"], held["id"], "allow")
         assert own.status_code == 403, own.text
+        self_approval = await decide(setup.gateway, TOKENS["alice-approver"], held["id"], "allow")
+        assert self_approval.status_code == 403 and "principal whose call this is" in self_approval.json()["error"]
         async with httpx.AsyncClient(base_url=setup.gateway.base) as http:
             bare = await http.post(f"/admin/approvals/{held['id']}/decision", json={"decision": "allow"})
         assert bare.status_code == 401
@@ -292,15 +296,44 @@ async def test_a_pending_approval_survives_sigkill_and_the_retry_runs_once(tmp_p
         gateway.start()
         after = await pending_for(gateway, key)
         assert after["id"] == held["id"] and after["state"] == "pending"
-        # The operator decides with the CLI, on the database.
-        done = run_gateway_cli("approvals", "decide", held["id"], "allow", "--reason", "ok", "--as", "dana",
-                               "--config", str(config))
-        assert done.returncode == 0, done.stderr
+        assert (await decide(gateway, TOKENS["carol"], held["id"], "allow")).status_code == 200
         async with connect(gateway.url, LEGACY, TOKENS["alice"]) as client:
             ran = await client.call_tool("pay__refund", refund(46), meta={KEY: key})
             again = await client.call_tool("pay__refund", refund(46), meta={KEY: key})
-        listed = run_gateway_cli("approvals", "list", "--state", "decided", "--config", str(config))
     assert ran.is_error is False, text_of(ran)
     assert text_of(again) == text_of(ran)
     assert count_executions(state, tool="refund", key=key) == 1
-    assert held["id"] in listed.stdout and "cli:dana (cli)" in listed.stdout
+
+
+async def test_the_cli_lists_and_decides(setup: Setup) -> None:
+    key = new_key("cli")
+    config = str(setup.gateway.config_path)
+    results: list[types.CallToolResult] = []
+
+    async def cli(*args: str) -> Any:
+        return await anyio.to_thread.run_sync(lambda: run_gateway_cli("approvals", *args, "--config", config))
+
+    async def call() -> None:
+        async with connect(setup.gateway.url, LEGACY, TOKENS["alice"]) as client:
+            results.append(await client.call_tool("pay__refund", refund(47, "o-cli"), meta={KEY: key}))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call)
+        held = await pending_for(setup.gateway, key)
+        # Two processes side by side (each starts in seconds on a busy machine).
+        outputs: dict[str, Any] = {}
+
+        async def run(name: str, *args: str) -> None:
+            outputs[name] = await cli(*args)
+
+        async with anyio.create_task_group() as clis:
+            clis.start_soon(run, "list", "list", "--state", "all")
+            clis.start_soon(run, "decide", "decide", held["id"], "allow", "--reason", "ok", "--as", "dana")
+        listed, done = outputs["list"], outputs["decide"]
+        assert listed.returncode == 0 and held["id"] in listed.stdout and 'order: "o-cli"' in listed.stdout
+        assert done.returncode == 0, done.stderr
+    assert results[0].is_error is False, text_of(results[0])
+    assert count_executions(setup.state, tool="refund", key=key) == 1
+    decided = (await admin_get(setup.gateway, TOKENS["carol"], "all")).json()["approvals"]
+    mine = [a for a in decided if a["id"] == held["id"]][0]
+    assert (mine["decided_by"], mine["channel"], mine["reason"]) == ("cli:dana", "cli", "ok")
