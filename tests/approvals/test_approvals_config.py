@@ -77,3 +77,18 @@ def test_mistakes_are_refused_with_file_and_line(case: str) -> None:
     assert f"gateway.yaml:{line}" in message, message
     for word in words:
         assert word in message, (word, message)
+
+
+def test_oauth_principals_get_their_mode_from_the_config_and_matching_grants() -> None:
+    from gateway.auth.scope import oauth_approvals
+    from gateway.config.oauth import OAuthConfig
+
+    base = {"resource": "http://127.0.0.1:8080/mcp", "issuers": [{"issuer": "http://127.0.0.1:9000"}]}
+    grants = [{"when": {"groups": ["contractors"]}, "tools": ["billing__*"], "approvals": "gateway"},
+              {"when": {"groups": ["finance"]}, "tools": ["billing__*"]}]
+    assert oauth_approvals(OAuthConfig.model_validate(base), {"groups": ["finance"]}) == "client"
+    assert oauth_approvals(OAuthConfig.model_validate({**base, "approvals": "gateway"}), {}) == "gateway"
+    with_grants = OAuthConfig.model_validate({**base, "grants": grants})
+    assert oauth_approvals(with_grants, {"groups": ["contractors", "x"]}) == "gateway"
+    assert oauth_approvals(with_grants, {"groups": ["finance"]}) == "client"
+    assert oauth_approvals(with_grants, {}) == "client"
