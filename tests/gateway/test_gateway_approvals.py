@@ -21,6 +21,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from tests.gateway.helpers import KEY, OUTCOME, meta_of, new_key, text_of
 from tests.support.gateway import RunningGateway, run_gateway_cli, start_gateway, stdio_upstream, write_config
+from tests.support.postgres import fresh_schema, schema_url
 from tests.support.servers import read_executions
 
 TOKENS = {"alice": "alice-agent-token", "bob": "bob-agent-token", "carol": "carol-approver-token",
@@ -274,18 +275,28 @@ async def test_the_deadline_rejects(tmp_path: Path) -> None:
     assert count_executions(state, tool="refund", key=key) == 0
 
 
-async def test_a_pending_approval_survives_sigkill_and_the_retry_runs_once(tmp_path: Path) -> None:
+@pytest.mark.parametrize("database", ["sqlite", "postgres"])
+async def test_a_pending_approval_survives_sigkill_and_the_retry_runs_once(tmp_path: Path, database: str) -> None:
     state = tmp_path / "pay"
     state.mkdir()
     key = new_key("killed")
-    config = write_config(tmp_path, config_for(state))
+    data = config_for(state)
+    if database == "sqlite":
+        await _killed_while_pending(write_config(tmp_path, data), state, key)
+        return
+    async with fresh_schema("approvals_kill") as schema:
+        data["fences"] = {"store": schema_url(schema)}
+        await _killed_while_pending(write_config(tmp_path, data), state, key)
+
+
+async def _killed_while_pending(config: Path, state: Path, key: str) -> None:
     with start_gateway(config) as gateway:
 
         async def call() -> None:
             try:
                 async with connect(gateway.url, LEGACY, TOKENS["alice"]) as client:
                     await client.call_tool("pay__refund", refund(46), meta={KEY: key})
-            except BaseException:  # noqa: BLE001 - the gateway is killed under it
+            except Exception:  # noqa: BLE001 - the gateway is killed under it (or the call is cancelled)
                 pass
 
         async with anyio.create_task_group() as tg:
@@ -337,3 +348,23 @@ async def test_the_cli_lists_and_decides(setup: Setup) -> None:
     decided = (await admin_get(setup.gateway, TOKENS["carol"], "all")).json()["approvals"]
     mine = [a for a in decided if a["id"] == held["id"]][0]
     assert (mine["decided_by"], mine["channel"], mine["reason"]) == ("cli:dana", "cli", "ok")
+
+
+async def test_a_task_stays_working_until_an_approver_decides_then_completes(setup: Setup) -> None:
+    from tests.tasks.tasks_support import sdk_raw
+
+    key = new_key("task")
+    async with connect(setup.gateway.url, LEGACY, TOKENS["alice"]) as client:
+        raw = await sdk_raw(client, "tools/call", {"name": "pay__refund", "arguments": refund(48, "o-task"),
+                                                   "task": {"ttl": 60_000}, "_meta": {KEY: key}})
+        created = types.CreateTaskResult.model_validate(raw, by_name=False)
+        assert created.task.status == "working"
+        held = await pending_for(setup.gateway, key)
+        got = types.GetTaskResult.model_validate(
+            await sdk_raw(client, "tasks/get", {"taskId": created.task.task_id}), by_name=False)
+        assert got.status == "working" and count_executions(setup.state, tool="refund", key=key) == 0
+        assert (await decide(setup.gateway, TOKENS["carol"], held["id"], "allow")).status_code == 200
+        result = types.CallToolResult.model_validate(
+            await sdk_raw(client, "tasks/result", {"taskId": created.task.task_id}), by_name=False)
+    assert result.is_error is False, result
+    assert count_executions(setup.state, tool="refund", key=key) == 1
