@@ -29,17 +29,24 @@ MAX_LISTED = 500
 
 @dataclass(frozen=True, slots=True)
 class Decided:
-    """Who approved a call, how and when: what the pipeline leaves on the call for the audit log."""
+    """A held call's decision as the pipeline leaves it on the call for the audit log: who decided,
+    how (the channel) and when; `state` allowed, denied, expired (no decision: all None) or pending
+    (the client stopped waiting)."""
 
     approval_id: str
-    decided_by: str
-    channel: str
-    decided_at: float
+    state: ApprovalState
+    decided_by: str | None = None
+    channel: str | None = None
+    decided_at: float | None = None
     reason: str | None = None
 
+    @property
+    def allowed(self) -> bool:
+        return self.state is ApprovalState.ALLOWED
+
     @classmethod
-    def of(cls, approval: Approval) -> "Decided":
-        return cls(approval.id, approval.decided_by or "", approval.channel or "", approval.decided_at or 0.0,
+    def of(cls, approval: Approval, now: float) -> "Decided":
+        return cls(approval.id, approval.state_at(now), approval.decided_by, approval.channel, approval.decided_at,
                    approval.reason)
 
 

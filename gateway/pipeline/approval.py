@@ -13,7 +13,7 @@ per-call rule cannot be published in a listing), or when its tool asks for appro
   `approvals.wait_seconds` (a task's call waits until the approval's deadline).
 
 The decision is stored before the call runs; a retry with the same key finds it and does not ask
-again. Allowed: the call goes on, with `ToolCall.approval` saying who decided, how and when.
+again. `ToolCall.approval` says who decided, how and when; allowed: the call goes on.
 Denied: `rejected` "approval denied"; past the deadline: `rejected` "approval deadline passed".
 """
 
@@ -120,16 +120,23 @@ class ApprovalStage:
         return await self.approvals.wait(approval.id, min(wait, approval.expires_at))
 
     def _settled(self, route: ToolRoute, call: ToolCall, approval: Approval) -> tuple[ToolCall, Answer | None]:
-        state = approval.state_at(self.approvals.clock())
-        if state is ApprovalState.ALLOWED:
+        """The call with its decision (`call.approval`, whatever it is), and None when it was allowed,
+        else its rejection."""
+        decided = Decided.of(approval, self.approvals.clock())
+        call = replace(call, approval=decided)
+        if decided.state is ApprovalState.ALLOWED:
             logger.info("tools/call %s by %s: approved by %s (%s)", route.name, call.principal, approval.decided_by,
                         approval.channel)
-            return replace(call, approval=Decided.of(approval)), None
-        if state is ApprovalState.DENIED:
+            return call, None
+        if decided.state is ApprovalState.DENIED:
             reason = f" ({approval.reason})" if approval.reason else ""
             return call, rejected(f"The tool {route.name} was not run: approval denied{reason}.")
-        if state is ApprovalState.EXPIRED:
+        if decided.state is ApprovalState.EXPIRED:
             return call, rejected(f"The tool {route.name} was not run: approval deadline passed.")
+        if call.idempotency_key is None:
+            return call, rejected(
+                f"The tool {route.name} was not run: no approver decided while it waited (approval {approval.id}). "
+                "A call without an idempotency key cannot pick up a later decision: send it with a key.")
         return call, rejected(
             f"The tool {route.name} was not run: it is waiting for an approver's decision (approval {approval.id}). "
             "Send the call again with the same idempotency key to get its result once it is decided.")

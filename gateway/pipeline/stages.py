@@ -48,8 +48,8 @@ class ToolCall:
     rounds: Mapping[str, Any] = field(default_factory=dict)
     # Who calls, as authentication established it (claims for policy, the token for an exchange).
     identity: Identity = ANONYMOUS_IDENTITY
-    # Who approved the call, how and when, once the approval stage let it go on (None: it needed
-    # no approval at the gateway): gateway/pipeline/approval.py, for the audit log.
+    # A held call's decision: who decided, how and when (`approval.allowed`: the call went on); None
+    # when it needed no approval at the gateway. Set by gateway/pipeline/approval.py, for the audit log.
     approval: Decided | None = None
 
     @property

@@ -200,6 +200,7 @@ async def test_an_approver_allows_a_waiting_call_of_a_client_without_elicitation
         assert allowed.json()["state"] == "allowed" and allowed.json()["decided_by"] == "carol"
     assert results[0].is_error is False, text_of(results[0])
     assert count_executions(setup.state, tool="refund", key=key) == 1
+    setup.gateway.wait_for_log(r"tools/call pay__refund by alice: approved by carol \(admin_api\)")
     # A replayed (or a later, other) decision gets the first answer.
     replayed = await decide(setup.gateway, TOKENS["admin"], held["id"], "deny")
     assert replayed.status_code == 409
