@@ -29,6 +29,7 @@ class PostgresApprovalStore:
                 " expires_at double precision NOT NULL, state text NOT NULL, decided_by text,"
                 " decided_at double precision, reason text, channel text)")
             await conn.execute(f"CREATE INDEX IF NOT EXISTS {APPROVALS_TABLE}_created ON {self._table} (created_at)")
+            await conn.execute(f"CREATE INDEX IF NOT EXISTS {APPROVALS_TABLE}_expires ON {self._table} (expires_at)")
 
     async def close(self) -> None:
         await self._lease.release()
@@ -61,3 +62,7 @@ class PostgresApprovalStore:
                 state.value, by, reason, channel, at, approval_id)
             row = await conn.fetchrow(f"SELECT {_COLS} FROM {self._table} WHERE id = $1", approval_id)
         return None if row is None else (from_row(row), changed is not None)
+
+    async def purge(self, expired_before: float) -> int:
+        status = await self._lease.pool.execute(f"DELETE FROM {self._table} WHERE expires_at < $1", expired_before)
+        return int(status.rsplit(" ", 1)[-1])

@@ -10,6 +10,7 @@ wait for a decision made anywhere (any replica, the CLI) by reading the database
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from .store import ApprovalStore, View
 __all__ = ["Approvals", "Decided"]
 
 MAX_LISTED = 500
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +92,14 @@ class Approvals:
         if decided is None:
             raise ApprovalNotFound(f"no approval has the id {approval_id!r}")
         return decided
+
+    async def run_sweeper(self, interval_seconds: float) -> None:
+        """Delete approvals `retention_hours` past their deadline, every `interval_seconds`."""
+        while True:
+            gone = await self.store.purge(self.clock() - self.config.retention_hours * 3600)
+            if gone:
+                logger.info("approvals: deleted %d past their retention", gone)
+            await anyio.sleep(interval_seconds)
 
     async def wait(self, approval_id: str, until: float) -> Approval:
         """The approval once decided (or expired), else as it is at `until` (polls the database)."""

@@ -22,7 +22,8 @@ CREATE TABLE IF NOT EXISTS {APPROVALS_TABLE} (
     created_at REAL NOT NULL, expires_at REAL NOT NULL, state TEXT NOT NULL, decided_by TEXT,
     decided_at REAL, reason TEXT, channel TEXT
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS {APPROVALS_TABLE}_created ON {APPROVALS_TABLE} (created_at)
+CREATE INDEX IF NOT EXISTS {APPROVALS_TABLE}_created ON {APPROVALS_TABLE} (created_at);
+CREATE INDEX IF NOT EXISTS {APPROVALS_TABLE}_expires ON {APPROVALS_TABLE} (expires_at)
 """
 _PENDING = "state = 'pending' AND expires_at > ?"
 
@@ -56,6 +57,9 @@ class SqliteApprovalStore:
     async def decide(self, approval_id: str, state: ApprovalState, *, by: str, reason: str | None, channel: str,
                      at: float) -> tuple[Approval, bool] | None:
         return await self._db.run(_decide, approval_id, state, by, reason, channel, at)
+
+    async def purge(self, expired_before: float) -> int:
+        return await self._db.run(_purge, expired_before)
 
 
 def _migrate(conn: sqlite3.Connection) -> None:
@@ -101,3 +105,8 @@ def _decide(conn: sqlite3.Connection, approval_id: str, state: ApprovalState, by
         return None if stored is None else (stored, bool(changed))
 
     return write_transaction(conn, decide)
+
+
+def _purge(conn: sqlite3.Connection, expired_before: float) -> int:
+    return write_transaction(conn, lambda c: int(c.execute(
+        f"DELETE FROM {APPROVALS_TABLE} WHERE expires_at < ?", (expired_before,)).rowcount))

@@ -5,6 +5,7 @@ so every replica sees the same approvals and one survives a restart.
     get(id)                 one, or None
     list(view, now, limit)  newest first; view "pending" (undecided, not expired), "decided", "all"
     decide(id, state, ...)  the first decision wins: (the stored approval, whether this call decided it)
+    purge(before)           delete approvals whose deadline is before `before` (retention)
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ class ApprovalStore(Protocol):
     async def list(self, view: View, now: float, limit: int) -> list[Approval]: ...
     async def decide(self, approval_id: str, state: ApprovalState, *, by: str, reason: str | None, channel: str,
                      at: float) -> tuple[Approval, bool] | None: ...
+    async def purge(self, expired_before: float) -> int:
+        """Delete the approvals whose deadline is before `expired_before`; how many."""
+        ...
 
 
 def to_row(a: Approval) -> tuple[Any, ...]:
@@ -82,3 +86,9 @@ class MemoryApprovalStore:
                                            "decided_at": at})
         self._rows[approval_id] = decided
         return decided, True
+
+    async def purge(self, expired_before: float) -> int:
+        gone = [k for k, a in self._rows.items() if a.expires_at < expired_before]
+        for k in gone:
+            del self._rows[k]
+        return len(gone)

@@ -137,6 +137,9 @@ class ApprovalsConfig(_Strict):
     wait_seconds: float = Field(30.0, ge=0)
     # How often a waiting call looks for a decision in the database (any replica may record it).
     poll_seconds: float = Field(0.2, gt=0, le=10)
+    # Approvals are deleted this long after their deadline (decided or not); a retry with the same
+    # key after that is a new call that asks again. Swept every fences.sweep_interval_seconds.
+    retention_hours: float = Field(168.0, gt=0)
 
 
 class AuthConfig(_Strict):

@@ -155,6 +155,9 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
                     tg.start_soon(supervisor.loop, "fence sweeper", lambda: runtime.fences.run_sweeper(
                         retention, config.fences.sweep_interval_seconds))
                     tg.start_soon(supervisor.loop, "fence lease renewer", runtime.fences.run_renewer)
+                    if runtime.approvals is not None:
+                        tg.start_soon(supervisor.loop, "approval sweeper", partial(
+                            runtime.approvals.run_sweeper, config.fences.sweep_interval_seconds))
                     tg.start_soon(supervisor.once, "catalog warm-up", lambda: _warm_up(runtime))
                     yield runtime
             finally:

@@ -76,6 +76,10 @@ async def test_store_contract(store_url: str) -> None:
             await approvals.decide("0" * 32, True, by="carol", channel="admin_api")
         shown = decided.to_json(clock.now)
         assert shown["created_at"] == "1970-01-12T13:46:40.000Z" and shown["arguments"] == args
+        # Retention: only approvals whose deadline is before the cut are deleted.
+        assert await store.purge(first.expires_at) == 0
+        assert await store.purge(other.expires_at) == 1  # `first` (its deadline is a second earlier)
+        assert await store.get(first.id) is None and await store.get(other.id) is not None
 
 
 def test_ids_bind_principal_tool_and_key() -> None:

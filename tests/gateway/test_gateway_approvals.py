@@ -195,6 +195,13 @@ async def test_an_approver_allows_a_waiting_call_of_a_client_without_elicitation
         assert bare.status_code == 401
         bad = await decide(setup.gateway, TOKENS["carol"], held["id"], "maybe")
         assert bad.status_code == 400 and "decision" in bad.json()["error"]
+        async with httpx.AsyncClient(base_url=setup.gateway.base) as http:
+            carol = {"authorization": f"Bearer {TOKENS['carol']}"}
+            not_json = await http.post(f"/admin/approvals/{held['id']}/decision", content=b"allow", headers=carol)
+            bad_view = await http.get("/admin/approvals", params={"state": "everything"}, headers=carol)
+        assert not_json.status_code == 400 and "invalid request" in not_json.json()["error"]
+        assert bad_view.status_code == 400 and "pending, decided or all" in bad_view.json()["error"]
+        assert (await admin_get(setup.gateway, TOKENS["bob"])).status_code == 403  # an agent token lists nothing
         allowed = await decide(setup.gateway, TOKENS["carol"], held["id"], "allow", reason="checked the order")
         assert allowed.status_code == 200, allowed.text
         assert allowed.json()["state"] == "allowed" and allowed.json()["decided_by"] == "carol"
