@@ -32,7 +32,7 @@ from ..config.oauth import ClaimGrantConfig, OAuthConfig, ScopeGrantConfig
 from .oauth.verifier import claim_at
 from .principals import Identity
 
-__all__ = ["ClaimGrants", "PrincipalScope", "oauth_approvals"]
+__all__ = ["ClaimGrants", "PrincipalScope", "oauth_approvals", "oauth_approver"]
 
 _NOTHING = re.compile(r"(?!)")
 
@@ -131,6 +131,11 @@ def oauth_approvals(config: OAuthConfig, claims: Mapping[str, Any]) -> str:
     ):
         return "gateway"
     return "client"
+
+
+def oauth_approver(config: OAuthConfig, claims: Mapping[str, Any]) -> bool:
+    """Whether an OAuth identity may decide held calls: its claims meet `auth.oauth.approvers`."""
+    return config.approvers is not None and _meets(claims, config.approvers)
 
 
 def _meets(claims: Mapping[str, Any], when: Mapping[str, list[str]]) -> bool:

@@ -145,6 +145,9 @@ class OAuthConfig(_Strict):
     # Who approves OAuth principals' calls that need approval (docs/approvals.md): `client` or
     # `gateway` for every OAuth principal; a grant may set `gateway` for the principals it matches.
     approvals: Literal["client", "gateway"] = "client"
+    # OAuth identities that may decide held calls on /admin/approvals (docs/approvals.md): those whose
+    # claims meet this (each named claim has one of the listed values, as a grant's `when`). None: none.
+    approvers: dict[str, list[str]] | None = Field(None, min_length=1)
 
     @field_validator("algorithms")
     @classmethod

@@ -32,7 +32,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ..auth.oauth import OAuthVerifier
 from ..config.model import AuthConfig, TokenConfig
 from ..auth.principals import ANONYMOUS_IDENTITY, IDENTITY_SCOPE_KEY, PRINCIPAL_SCOPE_KEY, Identity
-from ..auth.scope import PrincipalScope, oauth_approvals
+from ..auth.scope import PrincipalScope, oauth_approvals, oauth_approver
 from ..errors import UNAUTHORIZED, TokenRefused
 from .asgi import Refusal, header
 
@@ -153,10 +153,11 @@ class Authenticator:
             return False
         return hmac.compare_digest(sha256_hex(token), expected.lower())
 
-    def approver(self, authorization: str | None) -> str | None:
+    async def approver(self, authorization: str | None) -> str | None:
         """Who may decide held calls with this Authorization header (docs/approvals.md): the name of
-        an `auth.approver_tokens` entry, "admin" for the admin token, None for anyone else (an
-        agent token included: an approver token is never an agent token)."""
+        an `auth.approver_tokens` entry, "admin" for the admin token, the principal of an OAuth
+        token whose claims meet `auth.oauth.approvers`; None for anyone else (a static agent token
+        included: an approver token is never an agent token)."""
         token = _bearer(authorization)
         if token is None:
             return None
@@ -167,7 +168,19 @@ class Authenticator:
         for entry in self.config.approver_tokens:
             if hmac.compare_digest(digest, entry.token_sha256.lower()):
                 found = entry.name
-        return found
+        oauth = self.config.oauth
+        if found is not None or oauth is None or oauth.approvers is None or self.verifier is None:
+            return found
+        if self._match(token) is not None:
+            return None
+        try:
+            identity = await self.verifier.identity(token)
+        except TokenRefused:
+            return None
+        except Exception:  # noqa: BLE001 - a check that broke refuses the token; never a 500
+            logger.exception("auth: checking an approver's bearer token failed")
+            return None
+        return identity.principal if oauth_approver(oauth, identity.claims) else None
 
     def _match(self, token: str) -> TokenConfig | None:
         if not self.config.tokens:

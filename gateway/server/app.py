@@ -385,7 +385,7 @@ def _admin_check(authenticator: Authenticator) -> Callable[[Request], Awaitable[
 
 def _approver_check(authenticator: Authenticator) -> Callable[[Request], Awaitable[str | None]]:
     async def approver(request: Request) -> str | None:
-        return authenticator.approver(request.headers.get("authorization"))
+        return await authenticator.approver(request.headers.get("authorization"))
 
     return approver
 

@@ -5,24 +5,20 @@ admin API over HTTP. Executions are counted in the upstream's own log, by idempo
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx
-import httpx2
 import mcp_types as types
 import pytest
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 
 from tests.gateway.helpers import KEY, OUTCOME, meta_of, new_key, text_of
 from tests.support.gateway import RunningGateway, run_gateway_cli, start_gateway, stdio_upstream, write_config
+from tests.support.approvals import Asked, connect, count_executions, refund
 from tests.support.postgres import fresh_schema, schema_url
-from tests.support.servers import read_executions
 
 TOKENS = {"alice": "alice-agent-token", "bob": "bob-agent-token", "carol": "carol-approver-token",
           "alice-approver": "alice-approver-token", "admin": "the-admin-token"}
@@ -70,37 +66,6 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     with start_gateway(write_config(root, config_for(state))) as gateway:
         gateway.wait_for_log("catalog ready", timeout=30)
         yield Setup(gateway, state)
-
-
-@dataclass
-class Asked:
-    """What the client's user was asked, and how it answers."""
-
-    action: str = "accept"
-    messages: list[str] = field(default_factory=list)
-
-    async def elicit(self, context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
-        self.messages.append(params.message)
-        return types.ElicitResult(action=self.action, content={} if self.action == "accept" else None)  # type: ignore[arg-type]
-
-
-@asynccontextmanager
-async def connect(url: str, era: str, token: str, asked: Asked | None = None) -> AsyncIterator[Client]:
-    """The SDK client as a plain client: a bearer token, and an elicitation callback only with `asked`."""
-    http = httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30, read=120))
-    options: dict[str, Any] = {"elicitation_callback": asked.elicit} if asked is not None else {}
-    async with http, Client(streamable_http_client(url, http_client=http), mode=era, cache=None,  # type: ignore[arg-type]
-                            read_timeout_seconds=60, **options) as client:
-        yield client
-
-
-def count_executions(state: Path, *, tool: str, key: str) -> int:
-    """Executions of `tool` for this call: the upstream sees the key scoped to the principal (`<hash>/<key>`)."""
-    return sum(1 for r in read_executions(state, tool=tool) if str(r.get("idempotency_key")).endswith("/" + key))
-
-
-def refund(amount: float, order: str = "o-1") -> dict[str, Any]:
-    return {"order": order, "amount": amount}
 
 
 async def admin_get(gateway: RunningGateway, token: str, state: str = "pending") -> httpx.Response:
