@@ -35,6 +35,7 @@ from ..errors import RelayRefused
 from ..protocol import Era
 from .catalog import ToolRoute
 from .stages import ToolCall
+from .telemetry import NO_CALL_TELEMETRY, CallTelemetry
 
 __all__ = ["APPROVAL_INPUT", "APPROVAL_STATE_PREFIX", "ApprovalStage"]
 
@@ -46,9 +47,10 @@ _EMPTY_FORM = {"type": "object", "properties": {}}
 
 
 class ApprovalStage:
-    def __init__(self, approvals: Approvals, policy: Policy) -> None:
+    def __init__(self, approvals: Approvals, policy: Policy, telemetry: CallTelemetry = NO_CALL_TELEMETRY) -> None:
         self.approvals = approvals
         self._policy = policy
+        self._telemetry = telemetry  # dex_gateway_approvals_total{state, channel}
 
     def needs(self, route: ToolRoute, call: ToolCall) -> str | None:
         """Why the call needs a person's decision (for the card), or None."""
@@ -124,6 +126,7 @@ class ApprovalStage:
         else its rejection."""
         decided = Decided.of(approval, self.approvals.clock())
         call = replace(call, approval=decided)
+        self._telemetry.approval_settled(decided.state.value, decided.channel)
         if decided.state is ApprovalState.ALLOWED:
             logger.info("tools/call %s by %s: approved by %s (%s)", route.name, call.principal, approval.decided_by,
                         approval.channel)

@@ -327,10 +327,12 @@ async def _build_runtime(
     policy = Policy(config.policy)
     parking = Parking(tg)
     approvals = Approvals(approval_store, config.approvals) if approval_store is not None else None
+    call_telemetry = CallTelemetry.of(ops.telemetry)
     pipeline = CallPipeline(
         catalog, upstreams, fences, scope, max_result_bytes=config.server.max_result_bytes, media=media.stage,
-        upstream_tasks=task_requests(config.tasks), telemetry=CallTelemetry.of(ops.telemetry), limits=ops.limits,
-        parking=parking, policy=policy, approvals=ApprovalStage(approvals, policy) if approvals is not None else None,
+        upstream_tasks=task_requests(config.tasks), telemetry=call_telemetry, limits=ops.limits, parking=parking,
+        policy=policy,
+        approvals=ApprovalStage(approvals, policy, call_telemetry) if approvals is not None else None,
     )
     tasks = start_tasks(config.tasks, task_store, tg, pipeline=pipeline, fences=fences,
                         upstreams=upstreams, server_info=SERVER_INFO, supervisor=supervisor)

@@ -226,6 +226,10 @@ async def test_a_refund_over_5000_waits_for_a_decision_and_one_under_runs_at_onc
             assert (await decide(setup.gateway, TOKENS["carol"], held["id"], "deny")).status_code == 200
     assert under.is_error is False and count_executions(setup.state, tool="refund", key=small) == 1
     assert "approval denied" in text_of(results[0]) and count_executions(setup.state, tool="refund", key=large) == 0
+    async with httpx.AsyncClient(base_url=setup.gateway.base, timeout=10) as http:
+        metrics = (await http.get("/metrics", headers={"authorization": f"Bearer {TOKENS['admin']}"})).text
+    assert [line for line in metrics.splitlines() if line.startswith("dex_gateway_approvals_total{")
+            and 'state="denied"' in line and 'channel="admin_api"' in line and float(line.rsplit(" ", 1)[1]) >= 1], metrics
 
 
 # -- deadline, restart ----------------------------------------------------------------------------------
