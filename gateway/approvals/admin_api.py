@@ -14,6 +14,7 @@ Times are ISO 8601 UTC.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Literal
 
@@ -28,6 +29,8 @@ from .service import Approvals
 
 __all__ = ["DecisionRequest", "approval_routes"]
 
+logger = logging.getLogger(__name__)
+
 MAX_BODY_BYTES = 64 * 1024
 Approver = Callable[[Request], Awaitable[str | None]]
 
@@ -41,6 +44,11 @@ class DecisionRequest(BaseModel):
 
 def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
+
+
+def _busy() -> JSONResponse:
+    logger.warning("admin API: the approvals store was busy or failing", exc_info=True)
+    return _error(503, "the gateway's database was busy; nothing was changed, try again")
 
 
 def approval_routes(approvals: Callable[[], Approvals | None], approver: Approver) -> list[Route]:
@@ -67,8 +75,12 @@ def approval_routes(approvals: Callable[[], Approvals | None], approver: Approve
         view = request.query_params.get("state", "pending")
         if view not in ("pending", "decided", "all"):
             return _error(400, f"state={view!r}: use pending, decided or all")
+        try:
+            listed = await service.list(view)  # type: ignore[arg-type]
+        except service.store.transient_errors:
+            return _busy()
         now = service.clock()
-        return JSONResponse({"approvals": [a.to_json(now) for a in await service.list(view)]})  # type: ignore[arg-type]
+        return JSONResponse({"approvals": [a.to_json(now) for a in listed]})
 
     async def decision(request: Request) -> Response:
         allowed = await guarded(request)
@@ -91,6 +103,8 @@ def approval_routes(approvals: Callable[[], Approvals | None], approver: Approve
             return _error(404, str(exc))
         except SelfApproval as exc:
             return _error(403, str(exc))
+        except service.store.transient_errors:
+            return _busy()
         shown = approval.to_json(service.clock())
         if first:
             return JSONResponse(shown)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncpg
+
 from ..storage.database import Database, PoolLease, lock_schema
 from .records import Approval, ApprovalState
 from .store import APPROVALS_TABLE, COLUMNS, View, from_row, to_row
@@ -12,6 +14,12 @@ _COLS = ", ".join(COLUMNS)
 
 
 class PostgresApprovalStore:
+    # A lost or refused connection, a server shutting down, a statement timeout (as the fence store).
+    transient_errors: tuple[type[BaseException], ...] = (
+        OSError, TimeoutError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError, asyncpg.CannotConnectNowError,
+        asyncpg.QueryCanceledError, asyncpg.DeadlockDetectedError, asyncpg.SerializationError,
+    )
+
     def __init__(self, database: Database, *, owns_database: bool = False) -> None:
         self.schema = database.postgres.schema
         self._lease = PoolLease(database, owner=owns_database, name="approval store")

@@ -29,6 +29,8 @@ _PENDING = "state = 'pending' AND expires_at > ?"
 
 
 class SqliteApprovalStore:
+    transient_errors: tuple[type[BaseException], ...] = (sqlite3.OperationalError, OSError)
+
     def __init__(self, path: str | Path, *, busy_timeout_ms: int = 10_000) -> None:
         self.path = Path(path)
         self._db = SqliteConnections(path, busy_timeout_ms=busy_timeout_ms)

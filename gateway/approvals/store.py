@@ -24,6 +24,9 @@ View = Literal["pending", "decided", "all"]
 
 
 class ApprovalStore(Protocol):
+    # Errors of a busy or unreachable database: the held call is answered (nothing ran), never a 500.
+    transient_errors: tuple[type[BaseException], ...]
+
     async def open(self) -> None: ...
     async def close(self) -> None: ...
     async def insert(self, approval: Approval) -> Approval: ...
@@ -55,6 +58,8 @@ def in_view(a: Approval, view: View, now: float) -> bool:
 
 class MemoryApprovalStore:
     """In the process only (memory:// databases: unit tests)."""
+
+    transient_errors: tuple[type[BaseException], ...] = ()
 
     def __init__(self) -> None:
         self._rows: dict[str, Approval] = {}

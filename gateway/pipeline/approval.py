@@ -70,6 +70,14 @@ class ApprovalStage:
         why = self.needs(route, call)
         if why is None:
             return call, None
+        try:
+            return await self._hold(route, call, why)
+        except self.approvals.store.transient_errors:
+            logger.warning("tools/call %s: the approvals store was busy or failing; not sent", route.name, exc_info=True)
+            return call, rejected(f"The tool {route.name} was not run: the gateway's store was busy while the call "
+                                  "waited for approval. Nothing was done: send it again with the same idempotency key.")
+
+    async def _hold(self, route: ToolRoute, call: ToolCall, why: str) -> tuple[ToolCall, Answer | None]:
         key = call.idempotency_key
         try:
             approval = await self.approvals.open_for(principal=call.principal, tool=route.name, upstream=route.upstream,
