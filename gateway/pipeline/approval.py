@@ -47,9 +47,13 @@ _EMPTY_FORM = {"type": "object", "properties": {}}
 
 
 class ApprovalStage:
-    def __init__(self, approvals: Approvals, policy: Policy, telemetry: CallTelemetry = NO_CALL_TELEMETRY) -> None:
+    def __init__(self, approvals: Approvals, policy: Policy, telemetry: CallTelemetry = NO_CALL_TELEMETRY, *,
+                 reuse_seconds: float = 24 * 3600) -> None:
+        """`reuse_seconds`: how long after its decision an allowed approval lets a retry with its key
+        through (the fences' retention: past it a retry is a new call, which needs a new key)."""
         self.approvals = approvals
         self._policy = policy
+        self._reuse_seconds = reuse_seconds
         self._telemetry = telemetry  # dex_gateway_approvals_total{state, channel}
 
     def needs(self, route: ToolRoute, call: ToolCall) -> str | None:
@@ -135,6 +139,12 @@ class ApprovalStage:
         decided = Decided.of(approval, self.approvals.clock())
         call = replace(call, approval=decided)
         self._telemetry.approval_settled(decided.state.value, decided.channel)
+        if decided.state is ApprovalState.ALLOWED and (decided.decided_at or 0.0) + self._reuse_seconds < self.approvals.clock():
+            # Single use: the call it allowed is past the fences' retention, so this key cannot be
+            # told apart from a new call; a new call asks again under a new key.
+            return call, rejected(
+                f"The tool {route.name} was not run: its approval (approval {approval.id}) was given longer ago than "
+                "the gateway keeps calls' answers. To run the call again, send it with a new idempotency key.")
         if decided.state is ApprovalState.ALLOWED:
             logger.info("tools/call %s by %s: approved by %s (%s)", route.name, call.principal, approval.decided_by,
                         approval.channel)

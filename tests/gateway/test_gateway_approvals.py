@@ -235,21 +235,34 @@ async def test_a_refund_over_5000_waits_for_a_decision_and_one_under_runs_at_onc
 # -- deadline, restart ----------------------------------------------------------------------------------
 
 
-async def test_the_deadline_rejects(tmp_path: Path) -> None:
+async def test_the_deadline_rejects_and_an_old_approval_is_not_used_again(tmp_path: Path) -> None:
     state = tmp_path / "pay"
     state.mkdir()
-    key = new_key("late")
-    with start_gateway(write_config(tmp_path, config_for(state, deadline_seconds=1.5, wait_seconds=0))) as gateway:
+    late_key, old_key = new_key("late"), new_key("old")
+    data = {**config_for(state, deadline_seconds=2, wait_seconds=0),
+            "fences": {"store": f"sqlite:///{tmp_path / 'fences.db'}", "retention_hours": 0.001}}  # 3.6 s
+    with start_gateway(write_config(tmp_path, data)) as gateway:
         async with connect(gateway.url, LEGACY, TOKENS["alice"]) as client:
-            waiting = await client.call_tool("pay__refund", refund(45), meta={KEY: key})
-            held = (await admin_get(gateway, TOKENS["carol"])).json()["approvals"][0]
-            await anyio.sleep(1.6)
-            late = await client.call_tool("pay__refund", refund(45), meta={KEY: key})
-        too_late = await decide(gateway, TOKENS["carol"], held["id"], "allow")
-    assert "waiting for an approver's decision" in text_of(waiting) and held["idempotency_key"] == key
+            waiting = await client.call_tool("pay__refund", refund(45), meta={KEY: late_key})
+            held = await pending_for(gateway, late_key)
+            asked = await client.call_tool("pay__refund", refund(46), meta={KEY: old_key})
+            old = await pending_for(gateway, old_key)
+            assert (await decide(gateway, TOKENS["carol"], old["id"], "allow")).status_code == 200
+            ran = await client.call_tool("pay__refund", refund(46), meta={KEY: old_key})
+            await anyio.sleep(2.1)
+            late = await client.call_tool("pay__refund", refund(45), meta={KEY: late_key})
+            too_late = await decide(gateway, TOKENS["carol"], held["id"], "allow")
+            await anyio.sleep(1.6)  # 3.7 s after the decision, more than the retention
+            reused = await client.call_tool("pay__refund", refund(46), meta={KEY: old_key})
+    assert "waiting for an approver's decision" in text_of(waiting) and meta_of(waiting)[OUTCOME] == "rejected"
+    assert "waiting for an approver's decision" in text_of(asked)
     assert late.is_error and meta_of(late)[OUTCOME] == "rejected" and "approval deadline passed" in text_of(late)
     assert too_late.status_code == 409 and too_late.json()["state"] == "expired"
-    assert count_executions(state, tool="refund", key=key) == 0
+    assert count_executions(state, tool="refund", key=late_key) == 0
+    # Allowed once: the call ran; past the fences' retention the key is not run again on that approval.
+    assert ran.is_error is False, text_of(ran)
+    assert reused.is_error and "send it with a new idempotency key" in text_of(reused)
+    assert count_executions(state, tool="refund", key=old_key) == 1
 
 
 @pytest.mark.parametrize("database", ["sqlite", "postgres"])
