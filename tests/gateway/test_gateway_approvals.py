@@ -167,6 +167,11 @@ async def test_an_approver_allows_a_waiting_call_of_a_client_without_elicitation
         assert not_json.status_code == 400 and "invalid request" in not_json.json()["error"]
         assert bad_view.status_code == 400 and "pending, decided or all" in bad_view.json()["error"]
         assert (await admin_get(setup.gateway, TOKENS["bob"])).status_code == 403  # an agent token lists nothing
+        async with httpx.AsyncClient() as http:  # and an approver token calls nothing
+            as_agent = await http.post(setup.gateway.url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                                       headers={"authorization": f"Bearer {TOKENS['carol']}",
+                                                "accept": "application/json, text/event-stream"})
+        assert as_agent.status_code == 401
         allowed = await decide(setup.gateway, TOKENS["carol"], held["id"], "allow", reason="checked the order")
         assert allowed.status_code == 200, allowed.text
         assert allowed.json()["state"] == "allowed" and allowed.json()["decided_by"] == "carol"
