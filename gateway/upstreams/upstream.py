@@ -32,11 +32,13 @@ from ..errors import (
     UpstreamRpcError,
     UpstreamUnauthorized,
 )
-from .credentials import UpstreamCredentials
+from .caller_sessions import CallerSessions
+from .credentials import Bearer, UpstreamCredentials
 from .relay import CallRelay
 from ..telemetry.tracing import upstream_request_span
 from .channels.base import Channel
 from .channels.http import HttpChannel
+from .transport import HttpTransport
 from .channels.stdio import StdioChannel
 from .notices import OnDrop, ignore_drops
 from .rpc import Connection
@@ -70,6 +72,13 @@ class Upstream:
         self._closed = False  # closed for good (shutdown): no connection is made again
         # The tokens the gateway sends this upstream (auth.mode; gateway/upstreams/credentials.py).
         self.credentials = UpstreamCredentials(config) if isinstance(config, HttpUpstreamConfig) else None
+        # token_exchange: each caller's own session when the upstream keeps sessions (caller_sessions.py).
+        self._caller_sessions = CallerSessions(
+            self.name, self._open_caller_session, task_group, size=config.auth.max_caller_sessions,
+            idle_seconds=config.auth.caller_session_idle_seconds,
+        ) if isinstance(config, HttpUpstreamConfig) and self.credentials is not None and self.credentials.per_caller \
+            else None
+        self._caller_transport: HttpTransport | None = None  # their one pool, made with the first
 
     async def request(
         self,
@@ -84,20 +93,35 @@ class Upstream:
         `caller`: who the request is for (a tools/call), when the upstream takes each caller's own
         token (auth.mode token_exchange); None: the gateway's own request."""
         credentials = self.credentials
-        bearer = await credentials.bearer(caller) if credentials is not None and credentials.per_caller and \
-            caller is not None else None
+        timeout = timeout or self.config.call_timeout_seconds
         connection = await self._connected()
+        if credentials is None or not credentials.per_caller or caller is None:
+            return await self._send(connection, method, params, timeout, relay, None, caller)
+        if self._caller_sessions is not None and await connection.keeps_session():
+            # A session carries the identity of whoever opened it: this caller's own (caller_sessions.py).
+            async with self._caller_sessions.using(caller) as own:
+                return await self._send(own, method, params, timeout, relay, None, caller)
+        return await self._send(connection, method, params, timeout, relay, await credentials.bearer(caller), caller)
+
+    async def _send(
+        self,
+        connection: Connection,
+        method: str,
+        params: dict[str, Any] | None,
+        timeout: float,
+        relay: CallRelay | None,
+        bearer: Bearer | None,
+        caller: Identity | None,
+    ) -> dict[str, Any]:
         with upstream_request_span(self.name, method, params) as params:
             try:
-                return await connection.request(
-                    method, params, timeout=timeout or self.config.call_timeout_seconds, relay=relay, bearer=bearer
-                )
+                return await connection.request(method, params, timeout=timeout, relay=relay, bearer=bearer)
             except UpstreamUnauthorized:
-                if credentials is not None:
-                    credentials.forget(caller)  # a refused token is not used again
+                if self.credentials is not None:
+                    self.credentials.forget(caller)  # a refused token is not used again
                 raise
             except (UpstreamInterrupted, UpstreamNotSent):
-                if not connection.alive:
+                if connection is self._connection and not connection.alive:
                     await self._forget(connection)
                 raise
 
@@ -198,11 +222,32 @@ class Upstream:
             channel = await StdioChannel.start(self.name, self._task_group, command=cfg.command, args=cfg.args,
                                                env=cfg.env, cwd=cfg.cwd)
         else:
-            channel = HttpChannel(self.name, cfg.url, headers=cfg.headers, connect_timeout=cfg.connect_timeout_seconds,
-                                  tls_ca_file=cfg.tls_ca_file, max_response_bytes=self.max_answer_bytes,
-                                  max_connections=cfg.max_connections, pool_timeout=cfg.pool_timeout_seconds,
-                                  credentials=self.credentials)
-        session = UpstreamSession(
+            channel = self._http_channel(cfg)
+        session = self._session(channel)
+        if isinstance(channel, StdioChannel):
+            await session.start()
+        return session
+
+    def _http_channel(self, cfg: HttpUpstreamConfig, caller: Identity | None = None,
+                      transport: HttpTransport | None = None) -> HttpChannel:
+        return HttpChannel(self.name, cfg.url, headers=cfg.headers, connect_timeout=cfg.connect_timeout_seconds,
+                           tls_ca_file=cfg.tls_ca_file, max_response_bytes=self.max_answer_bytes,
+                           max_connections=cfg.max_connections, pool_timeout=cfg.pool_timeout_seconds,
+                           credentials=self.credentials, caller=caller, transport=transport,
+                           owns_transport=transport is None)
+
+    def _open_caller_session(self, caller: Identity) -> tuple[UpstreamSession, HttpChannel]:
+        """A new session for `caller` alone, negotiated on its first request with the caller's token."""
+        cfg = self.config
+        assert isinstance(cfg, HttpUpstreamConfig)
+        if self._caller_transport is None:
+            self._caller_transport = self._http_channel(cfg).transport  # the pool, built with the same settings
+        channel = self._http_channel(cfg, caller, self._caller_transport)
+        return self._session(channel), channel
+
+    def _session(self, channel: Channel) -> UpstreamSession:
+        cfg = self.config
+        return UpstreamSession(
             self.name,
             channel,
             protocol=cfg.protocol,
@@ -214,9 +259,6 @@ class Upstream:
             max_queued_notifications=cfg.max_queued_notifications,
             on_drop=self._on_drop,
         )
-        if isinstance(channel, StdioChannel):
-            await session.start()
-        return session
 
     def _roots(self) -> list[dict[str, Any]] | None:
         roots = self.config.roots
@@ -237,6 +279,10 @@ class Upstream:
                 connection, self._connection = self._connection, None
             if connection is not None:
                 await connection.aclose()
+            if self._caller_sessions is not None:
+                await self._caller_sessions.aclose()
+            if self._caller_transport is not None:
+                await self._caller_transport.aclose()
             if self.credentials is not None:
                 await self.credentials.aclose()
 
