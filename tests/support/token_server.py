@@ -15,7 +15,8 @@ Its tools, `whoami` (a read) and `note` (a write), answer the `sub` of the token
 
 With `--stateful` it keeps MCP sessions and binds each one to the `sub` of the token that opened it
 (as the MCP security best practices ask of a server): a request on that session with another
-user's token gets 403. Records carry the request's `session` (its `Mcp-Session-Id`, or None).
+user's token gets 403. Records carry the request's `session` (its `Mcp-Session-Id`, or None) and
+its routing headers (`mcp-method`, `mcp-name`; None when absent).
 """
 
 from __future__ import annotations
@@ -82,8 +83,11 @@ class Recorder:
         params = raw_params if isinstance(raw_params, dict) else {}
         raw_session = header(scope, b"mcp-session-id")
         session = raw_session.decode("latin-1") if raw_session is not None else None
+        routing = {key: (raw.decode("latin-1") if (raw := header(scope, key.encode())) is not None else None)
+                   for key in ("mcp-method", "mcp-name")}
         append_durably(self.records, {"method": parsed.get("method"), "name": params.get("name"),
-                                      "authorization": authorization, "session": session})
+                                      "uri": params.get("uri"), "authorization": authorization, "session": session,
+                                      **routing})
         host = (header(scope, b"host") or b"").decode("latin-1")
         own_url = f"http://{host}{scope['path']}"
         metadata = f"http://{host}/.well-known/oauth-protected-resource{scope['path']}"

@@ -145,16 +145,16 @@ class HttpChannel:
         if bearer is not None or self._credentials is not None:  # static: the headers as configured
             headers = await self._authorized(headers, bearer)
         body = json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode()
-        if "method" not in message or "id" not in message:
-            await self._send_only(message, HttpRequest("POST", self.url, headers, body))
-            return None
-        if negotiated.version == MODERN_VERSION:
-            method = message["method"]
+        method = message.get("method")
+        if negotiated.version == MODERN_VERSION and isinstance(method, str):  # requests and notifications
             headers["mcp-method"] = method
             key = name_key(method)  # the body parameter Mcp-Name mirrors (gateway/name_header.py)
             name = (message.get("params") or {}).get(key) if key else None
             if isinstance(name, str):
                 headers["mcp-name"] = encode_header_value(name)
+        if method is None or "id" not in message:
+            await self._send_only(message, HttpRequest("POST", self.url, headers, body))
+            return None
         entered = False
         try:
             async with self.transport.stream(HttpRequest("POST", self.url, headers, body)) as response:
