@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from mcp import Client
 from mcp.shared.exceptions import MCPError
 
 from tests.interop.support import Recorder, client, gateway_for, text_of
@@ -48,6 +49,16 @@ def upstream_url() -> Iterator[str]:
         yield url
 
 
+async def failure(session: Client, tool: str) -> str:
+    """The text of a call that must fail (a failed result or a JSON-RPC error)."""
+    try:
+        result = await session.call_tool(tool, {})
+    except MCPError as exc:
+        return exc.error.message
+    assert result.is_error, text_of(result)
+    return text_of(result)
+
+
 async def test_a_handshake_client_that_can_answer_gets_the_session_questions(tmp_path: Path, upstream_url: str) -> None:
     with gateway_for(tmp_path, http_upstream("ask", upstream_url, prefix="", keyless_writes="pass")) as gateway:
         recorder = Recorder()
@@ -66,12 +77,7 @@ async def test_other_callers_keep_2026_07_28(tmp_path: Path, upstream_url: str) 
         recorder = Recorder()
         async with client(gateway.url, mode="2026-07-28", recorder=recorder) as modern:
             assert text_of(await modern.call_tool("echo", {"text": "y"})) == "echo: y"
-            try:
-                result = await modern.call_tool("ask_name", {})
-                failed, text = bool(result.is_error), text_of(result)
-            except MCPError as exc:
-                failed, text = True, exc.error.message
-            assert failed and "back-channel" in text, text
+            assert "back-channel" in await failure(modern, "ask_name")
         assert recorder.asked == []
         assert "opening a handshake-era session" not in gateway.log
 
@@ -81,12 +87,7 @@ async def test_protocol_set_by_the_operator_overrides_the_choice(tmp_path: Path,
         recorder = Recorder()
         async with client(gateway.url, mode="legacy", recorder=recorder) as legacy:
             assert text_of(await legacy.call_tool("echo", {"text": "z"})) == "echo: z"
-            try:
-                result = await legacy.call_tool("ask_name", {})
-                failed, text = bool(result.is_error), text_of(result)
-            except MCPError as exc:
-                failed, text = True, exc.error.message
-            assert failed and "back-channel" in text, text
+            assert "back-channel" in await failure(legacy, "ask_name")
         assert recorder.asked == []
 
 
