@@ -4,7 +4,7 @@ An approval is bound to {principal, tool, argument digest, idempotency key, expi
 its id is derived from (principal, tool, key), so a retry with the same key finds the same
 approval (and does not ask again); a keyless call gets a random id. The card is built from the
 call itself (tool, upstream, arguments), each value escaped as the host's cards are
-(agent_host/domain/safe_text.py), never from the model's words about it.
+(gateway/safe_text.py, the rule the agent host's cards use too), never from the model's words about it.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from agent_host.domain.safe_text import arguments_view, terminal_text
+from ..safe_text import arguments_view, terminal_text
 
 from ..fences.ids import canonical_json
 
