@@ -12,6 +12,7 @@ results (never a stack trace), and the call pipeline turns upstream failures int
     │   └── SelfApproval          the approver is the calling principal
     ├── RequestError              the client's request is wrong: a JSON-RPC error (code, message)
     │   ├── UnknownToolError      a tool name the principal cannot reach
+    │   ├── ToolHeldForReview     its definition changed on a `pinning: hold` upstream (gateway/pins/)
     │   ├── UpstreamRefusedRequest  the upstream refused the request itself (passed on as it said)
     │   ├── RateLimited           a principal's or upstream's rate limit (-32029): nothing was sent
     │   ├── TaskBudgetExceeded    the principal's stored task results fill their budget (-32029)
@@ -52,7 +53,7 @@ __all__ = [
     "UpstreamError",
     "UpstreamNotSent", "UpstreamUnauthorized", "UpstreamInterrupted", "UpstreamAnswerTooLarge", "UpstreamListingRefused",
     "UpstreamRpcError", "StoreError", "ApprovalError", "ApprovalNotFound", "SelfApproval", "MediaError", "InvalidImage", "MediaStoreError", "RequestError",
-    "UnknownToolError", "UpstreamRefusedRequest", "RateLimited", "TaskBudgetExceeded", "RelayRefused",
+    "UnknownToolError", "ToolHeldForReview", "UpstreamRefusedRequest", "RateLimited", "TaskBudgetExceeded", "RelayRefused",
     "InputNotProvided", "InvalidResult", "SessionLost", "TransportError", "RequestNotSent",
     "LocalLimitReached", "RequestMaybeSent", "ResponseTooLarge",
 ]
@@ -180,6 +181,15 @@ class UnknownToolError(RequestError):
 
     def __init__(self, name: str) -> None:
         super().__init__(INVALID_PARAMS, f"unknown tool {name!r}")
+        self.name = name
+
+
+class ToolHeldForReview(RequestError):
+    """The tool's definition changed (or is new) on an upstream with `pinning: hold`, and no operator
+    has accepted it yet (gateway/pins/): the call is refused, nothing was sent."""
+
+    def __init__(self, name: str, text: str) -> None:
+        super().__init__(INVALID_PARAMS, f"the tool {name!r} was not run: {text}")
         self.name = name
 
 

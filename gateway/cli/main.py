@@ -1,4 +1,4 @@
-"""`dex-gateway`: serve, tools, check, connectors validate, tasks list|show|cancel, approvals list|decide, fences stats|show|purge."""
+"""`dex-gateway`: serve, tools [review], check, connectors validate, tasks list|show|cancel, approvals list|decide, fences stats|show|purge."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from ..config.durations import parse_duration
 from ..errors import ConfigError
 from ..tasks import admin as tasks_admin
 from ..approvals import cli as approvals_cli
+from ..pins import cli as pins_cli
 
 if TYPE_CHECKING:
     from ..fences import FenceRecord, FenceStore
@@ -70,10 +71,13 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--replica-id", help=argparse.SUPPRESS)
     serve.set_defaults(run=_serve)
 
-    tools = sub.add_parser("tools", help="print the aggregated tools with effect and approval")
+    tools = sub.add_parser("tools", help="print the aggregated tools with effect and approval; `tools review`")
     _config_arg(tools)
     tools.add_argument("--json", action="store_true", help="machine-readable output")
     tools.set_defaults(run=_tools)
+    tsub = tools.add_subparsers(dest="tools_command")
+    review = tsub.add_parser("review", help="tool definitions awaiting review (pinning): diff, accept, reject")
+    pins_cli.configure_parser(review)
 
     check = sub.add_parser("check", help="check an MCP server against the Dex conventions")
     check_cli.configure_parser(check)

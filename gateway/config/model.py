@@ -219,6 +219,9 @@ class _UpstreamBase(_Strict):
     max_queued_notifications: int = Field(256, ge=1)
     # How the gateway authenticates to the upstream (gateway/config/upstream_auth.py).
     auth: UpstreamAuthConfig = Field(default_factory=UpstreamAuthConfig)
+    # A tool whose definition changes after it was pinned (gateway/pins/, docs/pinning.md): "warn"
+    # lists it, logs and counts it; "hold" withholds it (and new tools) until an operator accepts it.
+    pinning: Literal["off", "warn", "hold"] = "warn"
 
     @field_validator("name")
     @classmethod

@@ -52,6 +52,7 @@ from ..conventions.outcomes import (
 from ..errors import (
     InputNotProvided,
     InvalidResult,
+    ToolHeldForReview,
     UnknownToolError,
     UpstreamAnswerTooLarge,
     UpstreamError,
@@ -204,6 +205,10 @@ class CallPipeline:
     async def _route(self, call: ToolCall) -> ToolRoute:
         """The route of the called tool, if this principal may reach it (else: unknown tool)."""
         route = await self._catalog.tool(call.name)
+        if route is None and (held := self._catalog.held(call.name)) is not None:
+            withheld, text = held
+            if self._scope.may_use_tool(call.principal, withheld.name, withheld.upstream):
+                raise ToolHeldForReview(call.name, text)  # only a principal that may use it learns why
         if route is None or not self._scope.may_use_tool(call.principal, route.name, route.upstream):
             raise UnknownToolError(call.name)
         return route

@@ -34,6 +34,9 @@ from ..approvals.admin_api import approval_routes
 from ..approvals.service import Approvals
 from ..approvals.open_store import open_approval_store
 from ..approvals.store import ApprovalStore
+from ..pins.admin_api import pin_routes
+from ..pins.open_store import open_pin_store
+from ..pins.service import ToolPins
 from ..pipeline.approval import ApprovalStage
 from ..connectors.bindings.policy import BindingPolicy
 from ..storage.database import Database, opened
@@ -82,6 +85,8 @@ class Runtime:
     tasks: Tasks | None = None
     # Calls held for a person's decision (gateway/approvals/, docs/approvals.md).
     approvals: Approvals | None = None
+    # Pinned tool definitions (gateway/pins/, docs/pinning.md).
+    pins: ToolPins | None = None
     # The front below authentication: tools/call and tools/list for an Identity.
     front: Front | None = None
     # Every upstream has been asked for its tools once (reported by /readyz, not gated on:
@@ -140,12 +145,17 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
         async with (
             anyio.create_task_group() as tg, database, opened(open_fence_store(database)) as store, connectors,
             open_media(config.media, database) as media, open_tasks_store(config.tasks, database) as task_store,
-            opened(open_approval_store(database)) as approval_store,
+            opened(open_approval_store(database)) as approval_store, opened(open_pin_store(database)) as pin_store,
         ):
             if config.connectors.dir:
                 await connectors.load_dir(config.connectors.dir)
+            metrics = ops.telemetry.metrics
+            pins = ToolPins(pin_store, {u.name: u.pinning for u in config.upstreams},
+                            spawn=lambda fn: tg.start_soon(supervisor.once, "pin recorder", fn),
+                            on_change=metrics.definition_changed if metrics is not None else None)
+            await pins.load()  # before the first listing is checked against them
             runtime = await _build_runtime(config, tg, store, authenticator, connectors, media, task_store, ops=ops,
-                                           supervisor=supervisor, approval_store=approval_store)
+                                           supervisor=supervisor, approval_store=approval_store, pins=pins)
             holder.runtime = runtime
             app.state.runtime = runtime
             holder.started = True
@@ -158,6 +168,7 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
                     if runtime.approvals is not None:
                         tg.start_soon(supervisor.loop, "approval sweeper", partial(
                             runtime.approvals.run_sweeper, config.fences.sweep_interval_seconds))
+                    tg.start_soon(supervisor.loop, "pin review poller", partial(pins.run_poller, PIN_POLL_SECONDS))
                     tg.start_soon(supervisor.once, "catalog warm-up", lambda: _warm_up(runtime))
                     yield runtime
             finally:
@@ -207,6 +218,8 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
     ]
     routes.extend(protected_resource_routes(config))  # RFC 9728, with auth.oauth
     routes.extend(admin_routes(connectors, _admin_check(authenticator)))
+    routes.extend(pin_routes(lambda: holder.runtime.pins if holder.runtime is not None else None,
+                             _admin_check(authenticator)))
     routes.extend(approval_routes(lambda: holder.runtime.approvals if holder.runtime is not None else None,
                                   _approver_check(authenticator)))
     routes.extend(ops.routes(authenticator))
@@ -217,6 +230,9 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
     app.serve_media(HostOriginGuard(BearerAuth(media_endpoint, authenticator), HostOriginPolicy(config.server)))
     return app
 
+
+# How often a replica looks for tool reviews made elsewhere (another replica, `dex-gateway tools review`).
+PIN_POLL_SECONDS = 5.0
 
 _STARTING = Refusal(503, UNAVAILABLE, "gateway is starting")
 _STOPPED = Refusal(503, UNAVAILABLE, "the gateway stopped serving; nothing was done")
@@ -288,6 +304,7 @@ async def _build_runtime(
     ops: Operations,
     supervisor: Supervisor | None = None,
     approval_store: ApprovalStore | None = None,
+    pins: ToolPins | None = None,
 ) -> Runtime:
     supervisor = supervisor or Supervisor(ops.telemetry.metrics)
 
@@ -317,7 +334,7 @@ async def _build_runtime(
         task_store.listeners.append(tell_task_status)
     catalog = Catalog(caches, connectors, augment_tasks=task_store is not None and config.tasks.augment,
                       on_lists_changed=lambda kinds: spawn("list change notifier", partial(events.lists_changed, kinds)),
-                      spawn=tg.start_soon)
+                      spawn=tg.start_soon, pins=pins)
     ops.watch_catalog(lambda: catalog.rebuilds)
     watch = ResourceWatch(catalog, upstreams)
     events.sessions.on_release(watch.release, spawn=lambda fn: spawn("subscription release", fn))
@@ -364,6 +381,7 @@ async def _build_runtime(
         supervisor=supervisor,
         front=front,
         approvals=approvals,
+        pins=pins,
     )
 
 

@@ -33,6 +33,7 @@ LAYERS: dict[str, list[str]] = {
         "auth",            # principals and their scope
         "fences",          # the idempotency fences
         "approvals",       # calls held for a person's decision: records, store, admin API
+        "pins",            # pinned tool definitions: digests, store, review
         "media",           # images stored once by SHA-256
         "connectors",      # tools registered by manifest
         "upstreams",       # MCP servers behind the gateway: stdio and HTTP
