@@ -87,6 +87,8 @@ class Upstream:
             self._caller_sessions is None
         self._handshake: UpstreamSession | None = None
         self._handshake_refused_until = 0.0  # monotonic: the upstream refused `initialize` (asks_on_handshake)
+        self._handshake_task_tools: frozenset[str] = frozenset()  # task-capable there (handshake_takes)
+        self._handshake_listed: Connection | None = None  # the session those were listed on
 
     async def request(
         self,
@@ -104,8 +106,8 @@ class Upstream:
         timeout = timeout or self.config.call_timeout_seconds
         connection = await self._connected()
         if credentials is None or not credentials.per_caller or caller is None:
-            if self.asks_on_handshake(relay):
-                connection = await self._handshake_connected() or connection
+            if await self.handshake_takes(relay, params.get("name") if method == "tools/call" and params else None):
+                connection = self._handshake or connection
             return await self._send(connection, method, params, timeout, relay, None, caller)
         if self._caller_sessions is not None and await connection.keeps_session():
             # A session carries the identity of whoever opened it: this caller's own (caller_sessions.py).
@@ -150,6 +152,17 @@ class Upstream:
             return False
         return any(relay.client_capabilities().get(kind) is not None for kind in ASKING_CAPABILITIES)
 
+    async def handshake_takes(self, relay: CallRelay | None, tool: str | None) -> bool:
+        """Whether this request goes on the handshake-era session (`asks_on_handshake`), opening it
+        first. A tool the upstream can run as a task (its handshake-era listing says
+        `execution.taskSupport: optional` or `required`) keeps 2026-07-28: its questions travel
+        inside the task (input_required), which the gateway follows and relays in both eras."""
+        if not self.asks_on_handshake(relay):
+            return False
+        if await self._handshake_connected() is None:
+            return False
+        return tool is None or tool not in self._handshake_task_tools
+
     async def _handshake_connected(self) -> Connection | None:
         """The handshake-era session of an upstream that speaks both eras, negotiated (made with
         its first caller); None when the upstream refuses the handshake era (nothing was sent)."""
@@ -166,6 +179,9 @@ class Upstream:
                 connection = self._handshake
         try:
             await connection.start()  # negotiated once; later calls return at once
+            if connection is not self._handshake_listed:
+                self._handshake_task_tools = await self._task_only_tools(connection)
+                self._handshake_listed = connection
         except UpstreamNotSent as exc:
             logger.info("upstream %s: no handshake era (%s); its callers stay on 2026-07-28", self.name, exc.reason)
             self._handshake_refused_until = time.monotonic() + _HANDSHAKE_RETRY_SECONDS
@@ -173,6 +189,26 @@ class Upstream:
                 self._handshake = None
             return None
         return connection
+
+    async def _task_only_tools(self, connection: Connection) -> frozenset[str]:
+        """The tools the handshake-era session lists as able to run as tasks (`execution.taskSupport`
+        `optional` or `required`)."""
+        names: set[str] = set()
+        cursor: str | None = None
+        for _ in range(100):  # pages
+            try:
+                page = await connection.request("tools/list", {"cursor": cursor} if cursor else None,
+                                                timeout=self.config.connect_timeout_seconds)
+            except (UpstreamRpcError, UpstreamInterrupted) as exc:
+                raise UpstreamNotSent(self.name, f"its tools could not be listed on the handshake era: {exc.reason}")
+            for tool in page.get("tools") or ():
+                execution = tool.get("execution") if isinstance(tool, dict) else None
+                if isinstance(execution, dict) and execution.get("taskSupport") in ("optional", "required"):
+                    names.add(str(tool.get("name")))
+            cursor = page.get("nextCursor")
+            if not isinstance(cursor, str) or not cursor:
+                break
+        return frozenset(names)
 
     @property
     def protocol_version(self) -> str | None:

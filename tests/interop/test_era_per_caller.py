@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import anyio
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
@@ -22,7 +23,7 @@ from mcp.shared.exceptions import MCPError
 from tests.interop.support import Recorder, client, gateway_for, text_of
 from tests.support.gateway import http_upstream
 from tests.support.processes import spawn_listening, terminate
-from tests.support.servers import REPO_ROOT
+from tests.support.servers import REPO_ROOT, start_http_server
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120),
               pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")]
@@ -99,3 +100,16 @@ async def test_an_upstream_that_refuses_the_handshake_era_keeps_every_caller_on_
             assert text_of(await legacy.call_tool("echo", {"text": "1"})) == "echo: 1"  # not lost to the refusal
             assert text_of(await legacy.call_tool("echo", {"text": "2"})) == "echo: 2"
         assert gateway.log.count("no handshake era") == 1  # asked once, then not again for a while
+
+
+async def test_a_tool_the_upstream_runs_as_a_task_keeps_2026_and_asks_inside_the_task(tmp_path: Path) -> None:
+    # examples/servers/tasks_server.py asks only inside a task (input_required): its tools declare
+    # execution.taskSupport on the handshake era, so an askable handshake caller stays on 2026-07-28.
+    with start_http_server("tasks_server", state_dir=tmp_path / "up") as server, \
+            gateway_for(tmp_path, http_upstream("t", server.url, prefix="", keyless_writes="pass")) as gateway:
+        recorder = Recorder()
+        async with client(gateway.url, mode="legacy", recorder=recorder) as legacy:
+            with anyio.fail_after(30):
+                result = await legacy.call_tool("confirm_delete", {"filename": "a.txt"})
+            assert text_of(result) == "deleted a.txt", text_of(result)
+        assert recorder.asked == ["elicitation/create"]
