@@ -32,6 +32,7 @@ from .gateway_client.tools import GatewayToolSource
 from .models.base import ModelClient
 from .models.openai_compat import OpenAICompatClient, OpenAIConfig
 from .models.scripted import ScriptedModelClient, load_script
+from .store.lease import hold_lease, this_process
 from .store.session_store import SessionStore, store_path
 from .terminal.console import Console, ConsoleQuestioner
 from .turn.builtins import Builtins
@@ -119,6 +120,8 @@ async def open_host(args: argparse.Namespace, console: Console, setting_changes:
             session = await store.create_session(model.name, args.gateway, args.session, settings.stored())
         elif settings.stored() != session.settings:
             session = await store.set_settings(session.id, settings.stored(), settings.model)
+        # One driver per session: a `serve` or another `run`/`chat` driving it is refused here.
+        await stack.enter_async_context(hold_lease(store, session.id, this_process()))
 
         def resolve(name: str) -> ModelClient:
             if name not in clients:

@@ -145,6 +145,17 @@ class SessionStore:
     append_event = _OffThread(SqliteSessionStore.append_event)
     events_after = _OffThread(SqliteSessionStore.events_after)
 
+    # The service: leases, queued messages, due work (`sqlite_service.py`) -------------------------
+    get_lease = _OffThread(SqliteSessionStore.get_lease)
+    take_lease = _OffThread(SqliteSessionStore.take_lease)
+    release_lease = _OffThread(SqliteSessionStore.release_lease)
+    queue_message = _OffThread(SqliteSessionStore.queue_message)
+    withdraw_message = _OffThread(SqliteSessionStore.withdraw_message)
+    queued_messages = _OffThread(SqliteSessionStore.queued_messages)
+    start_queued_turn = _OffThread(SqliteSessionStore.start_queued_turn)
+    transcript = _OffThread(SqliteSessionStore.transcript)
+    due_sessions = _OffThread(SqliteSessionStore.due_sessions)
+
 __all__ = [
     "DEFAULT_STORE_PATH",
     "STORE_ENV",

@@ -11,6 +11,7 @@ boundary and resumes from there, and the live stream misses nothing.
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 import uuid
 from enum import StrEnum
@@ -32,9 +33,10 @@ from ..domain.records import (
 from ..models.base import Message
 from .sqlite_controls import SqliteControls
 from .sqlite_ledger import SqliteLedger
+from .sqlite_service import QUEUED, STARTED, SqliteService
 
 
-class SqliteSessionStore(SqliteControls, SqliteLedger):
+class SqliteSessionStore(SqliteControls, SqliteLedger, SqliteService):
     """The statements, synchronous: call them from one thread at a time (`SessionStore` does)."""
 
     # Sessions ---------------------------------------------------------------------------------
@@ -104,19 +106,50 @@ class SqliteSessionStore(SqliteControls, SqliteLedger):
         """A new turn with the user's message (and references to its images); it keeps a copy of
         the session's settings."""
         with self._tx() as db:
-            seq = db.execute("SELECT COUNT(*) FROM turns WHERE session_id = ?", (session_id,)).fetchone()[0] + 1
-            turn_id = f"turn-{seq}"
-            settings = db.execute("SELECT settings FROM sessions WHERE id = ?", (session_id,)).fetchone()
-            db.execute(
-                "INSERT INTO turns (session_id, id, seq, status, user_text, started_at, mode, settings)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (session_id, turn_id, seq, TurnStatus.RUNNING.value, user_text, time.time(), mode.value,
-                 settings["settings"] if settings and settings["settings"] else "{}"),
-            )
-            turn = self._turn(db.execute("SELECT * FROM turns WHERE session_id = ? AND id = ?", (session_id, turn_id)).fetchone())
-            self._event(db, session_id, turn_id, events.TURN_STARTED, events.turn_started(turn))
-            self._append(db, session_id, turn_id, Message(role="user", text=user_text, images=images or []))
+            return self._start_turn(db, session_id, user_text, mode, images)
+
+    def _start_turn(
+        self, db: sqlite3.Connection, session_id: str, user_text: str, mode: TurnMode,
+        images: list[ImageReference] | None = None, message_id: str | None = None,
+    ) -> TurnRecord:
+        """`start_turn` inside the caller's transaction."""
+        seq = db.execute("SELECT COUNT(*) FROM turns WHERE session_id = ?", (session_id,)).fetchone()[0] + 1
+        turn_id = f"turn-{seq}"
+        settings = db.execute("SELECT settings FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        db.execute(
+            "INSERT INTO turns (session_id, id, seq, status, user_text, started_at, mode, settings)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (session_id, turn_id, seq, TurnStatus.RUNNING.value, user_text, time.time(), mode.value,
+             settings["settings"] if settings and settings["settings"] else "{}"),
+        )
+        turn = self._turn(db.execute("SELECT * FROM turns WHERE session_id = ? AND id = ?", (session_id, turn_id)).fetchone())
+        self._event(db, session_id, turn_id, events.TURN_STARTED, events.turn_started(turn))
+        self._append(db, session_id, turn_id, Message(role="user", text=user_text, images=images or []), message_id)
         return turn
+
+    def start_queued_turn(self, session_id: str) -> TurnRecord | None:
+        """The oldest queued message starts a turn (one transaction: it starts exactly once); None
+        when a turn runs or nothing is queued. A message about a draft plan revises it."""
+        with self._tx() as db:
+            if self._running(db, session_id):
+                return None
+            row = db.execute(
+                "SELECT * FROM queued_messages WHERE session_id = ? AND status = ? ORDER BY seq LIMIT 1", (session_id, QUEUED)
+            ).fetchone()
+            if row is None:
+                return None
+            plan = db.execute("SELECT plan_status FROM sessions WHERE id = ?", (session_id,)).fetchone()
+            mode = TurnMode.PLANNING if plan and plan["plan_status"] == PlanStatus.DRAFT.value else TurnMode.CHAT
+            turn = self._start_turn(db, session_id, row["text"], mode, message_id=row["id"])
+            db.execute("UPDATE queued_messages SET status = ?, turn_id = ? WHERE id = ?", (STARTED, turn.id, row["id"]))
+            self._event(db, session_id, turn.id, events.QUEUE, events.queued(row["id"], row["text"], STARTED))
+        return turn
+
+    @staticmethod
+    def _running(db: sqlite3.Connection, session_id: str) -> bool:
+        return db.execute(
+            "SELECT 1 FROM turns WHERE session_id = ? AND status = ? LIMIT 1", (session_id, TurnStatus.RUNNING.value)
+        ).fetchone() is not None
 
     def unfinished_turn(self, session_id: str) -> TurnRecord | None:
         return self.running_turn(session_id)

@@ -1,0 +1,143 @@
+"""`dex-agent serve` as a real process against the gateway (real process) and the payments server:
+the chat API, turns that resume by themselves after SIGKILL, one driver per session."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.agent_host.host_support import Stack, run_agent
+from tests.agent_host.serve_support import MODEL, TOKEN, Api, calls_per_turn, model_calls, start_serve
+from tests.support.servers import read_executions, release_gate, wait_for_executions
+
+
+def test_chat_api_queue_paging_and_settings(stack: Stack, tmp_path: Path) -> None:
+    log = tmp_path / "calls.jsonl"
+    proc, url = start_serve(stack, tmp_path / "s.db", log)
+    try:
+        api = Api(url)
+        session = api.new_session(instructions="Be brief.", settings={"temperature": 0.5})
+        first = api.send(session, "wait 2 first")
+        assert first["queued"] is False
+        time.sleep(0.5)  # the first turn runs (its durable wait is parked)
+        second = api.send(session, "second")
+        third = api.send(session, "third")
+        assert second["queued"] is True and third["queued"] is True
+        assert api.client.delete(f"/sessions/{session}/messages/{third['message_id']}").status_code == 204
+        assert api.client.delete(f"/sessions/{session}/messages/{third['message_id']}").status_code == 404
+        assert [q["text"] for q in api.messages(session)["queued"]] == ["second"]
+        turns = api.wait_turns(session, 2)
+        assert turns[0]["final_text"].startswith("done: wait 2 first (durable_wait=")
+        assert turns[1]["final_text"] == "done: second"
+        assert api.client.delete(f"/sessions/{session}/messages/{second['message_id']}").status_code == 409
+        page = api.messages(session)
+        users = [m for m in page["messages"] if m["role"] == "user"]
+        assert [m["text"] for m in users] == ["wait 2 first", "second"]
+        assert users[0]["id"] == first["message_id"] and users[1]["id"] == second["message_id"]
+        older = api.messages(session, limit=1, before=second["message_id"])["messages"]
+        assert len(older) == 1 and older[0]["role"] == "assistant"
+        assert api.client.get(f"/sessions/{session}/messages", params={"limit": 201}).status_code == 400
+        assert api.client.get(f"/sessions/{session}/messages", params={"before": "nope"}).status_code == 400
+        assert api.client.get("/sessions/nope/messages").status_code == 404
+        assert api.client.post(f"/sessions/{session}/messages", json={"text": ""}).status_code == 400
+        assert api.client.post("/sessions", json={"model": "nonsense"}).status_code == 400
+        assert api.client.get(f"/sessions/{session}/settings").json()["settings"] == {"instructions": "Be brief.", "temperature": 0.5}
+        patched = api.client.patch(f"/sessions/{session}/settings", json={"temperature": None, "max_tokens": 64})
+        assert patched.json()["settings"] == {"instructions": "Be brief.", "max_tokens": 64}
+        bad = api.client.patch(f"/sessions/{session}/settings", json={"temperature": 9})
+        assert bad.status_code == 400 and "temperature" in bad.json()["error"]
+        assert api.client.post("/sessions", headers={"Authorization": "Bearer wrong"}, json={}).status_code == 401
+        listed = api.client.get("/sessions").json()["sessions"]
+        assert [s["session_id"] for s in listed] == [session]
+        assert calls_per_turn(log)[("second", 1)] == 1
+    finally:
+        proc.stop()
+
+
+def test_killed_service_finishes_every_turn_by_itself(stack: Stack, tmp_path: Path) -> None:
+    """SIGKILL during a model call, a write, a durable wait and a pending approval; the next start
+    finishes each turn with nothing else done: no write twice, each message once."""
+    store, log = tmp_path / "k.db", tmp_path / "calls.jsonl"
+    proc, url = start_serve(stack, store, log)
+    api = Api(url)
+    sessions = {name: api.new_session() for name in ("model", "write", "wait", "approval")}
+    api.send(sessions["model"], "slow 30 model")
+    api.send(sessions["write"], "hold kill-serve write")
+    api.send(sessions["wait"], "wait 5 wait")
+    api.send(sessions["approval"], "refund 9101 approval")
+    wait_for_executions(stack.state_dir, 1, tool="hold_payment")
+    api.pending_approval(sessions["approval"])
+    deadline = time.monotonic() + 10
+    while not any(c["text"] == "slow 30 model" for c in model_calls(log)):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    proc.sigkill()
+    release_gate(stack.state_dir, "kill-serve")
+    (tmp_path / "calls.jsonl.fast").touch()  # the model call made again answers at once
+    proc, url = start_serve(stack, store, log)
+    try:
+        api = Api(url)
+        api.approve(api.pending_approval(sessions["approval"]))
+        for name, session in sessions.items():
+            turns = api.wait_turns(session, 1, timeout=45)
+            assert [t["status"] for t in turns] == ["completed"], (name, turns)
+            users = [m["text"] for m in api.messages(session)["messages"] if m["role"] == "user"]
+            assert len(users) == 1, users
+        holds = [e for e in read_executions(stack.state_dir, tool="hold_payment") if e["arguments"].get("gate") == "kill-serve"]
+        assert len({e["idempotency_key"] for e in holds}) == 1
+        refunds = [e for e in read_executions(stack.state_dir, tool="refund") if e["arguments"].get("order") == "9101"]
+        assert len(refunds) == 1
+    finally:
+        proc.stop()
+
+
+def _two_services(stack: Stack, tmp_path: Path, count: int) -> None:
+    store, log = tmp_path / "two.db", tmp_path / "calls.jsonl"
+    first, url_a = start_serve(stack, store, log, "--lease-seconds", "3")
+    second, url_b = start_serve(stack, store, log, "--lease-seconds", "3")
+    try:
+        a, b = Api(url_a), Api(url_b)
+        sessions = [(a if i % 2 else b).new_session() for i in range(count)]
+        for i, session in enumerate(sessions):
+            (b if i % 2 else a).send(session, f"wait 2 s{i}")
+        time.sleep(1.0)  # every turn is parked in its wait, on one process or the other
+        first.sigkill()
+        for session in sessions:
+            assert [t["status"] for t in b.wait_turns(session, 1, timeout=30)] == ["completed"]
+        per_turn = calls_per_turn(log)
+        assert set(per_turn.values()) == {1}, per_turn  # each model call of each turn made once
+        assert len(per_turn) == 2 * count
+    finally:
+        first.stop()
+        second.stop()
+
+
+def test_two_services_share_sessions(stack: Stack, tmp_path: Path) -> None:
+    _two_services(stack, tmp_path, 4)
+
+
+@pytest.mark.slow
+def test_two_services_share_twenty_sessions(stack: Stack, tmp_path: Path) -> None:
+    _two_services(stack, tmp_path, 20)
+
+
+def test_run_refuses_a_session_that_serve_drives(stack: Stack, tmp_path: Path) -> None:
+    store, log = tmp_path / "l.db", tmp_path / "calls.jsonl"
+    proc, url = start_serve(stack, store, log)
+    try:
+        api = Api(url)
+        session = api.new_session()
+        api.send(session, "slow 4 busy")
+        deadline = time.monotonic() + 10
+        while not model_calls(log):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        result = run_agent("run", "--store", str(store), "--gateway", stack.gateway_url, "--session", session,
+                           "--model", MODEL, "-y", "hello")
+        assert result.returncode == 2, result.stderr
+        assert f"session {session} is driven by another process" in result.stderr
+        assert TOKEN not in result.stderr
+    finally:
+        proc.stop()
