@@ -16,6 +16,8 @@ Work is due for a session that is not held by a live process when
 
 from __future__ import annotations
 
+import os
+import socket
 import sqlite3
 import time
 import uuid
@@ -56,6 +58,26 @@ class QueuedMessage:
     created_at: float
 
 
+def _process_gone(holder: LeaseHolder) -> bool:
+    """A holder on this machine (`host/pid`) whose process no longer exists: dead without waiting
+    for its lease to run out (a killed `run` is resumed at once). Elsewhere, the lease decides."""
+    host, _, pid = holder.replica_id.rpartition("/")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def lease_dead(holder: LeaseHolder, lease_until: float, me: LeaseHolder, now: float) -> bool:
+    """The gateway's rule (`holder_dead`), and a gone process on this machine."""
+    return holder_dead(holder, lease_until, me=me, now=now) or _process_gone(holder)
+
+
 class SqliteService(SqliteBase):
     # Leases -------------------------------------------------------------------------------------
 
@@ -71,7 +93,7 @@ class SqliteService(SqliteBase):
             row = db.execute("SELECT * FROM leases WHERE session_id = ?", (session_id,)).fetchone()
             if row is not None:
                 holder = LeaseHolder(row["replica_id"], row["boot_id"])
-                if holder != me and not holder_dead(holder, row["lease_until"], me=me, now=now):
+                if holder != me and not lease_dead(holder, row["lease_until"], me, now):
                     return None
             db.execute(
                 "INSERT INTO leases (session_id, replica_id, boot_id, lease_until) VALUES (?, ?, ?, ?)"
@@ -176,6 +198,6 @@ class SqliteService(SqliteBase):
         due = []
         for row in rows:
             lease = self.get_lease(row["id"])
-            if lease is None or lease.holder == me or holder_dead(lease.holder, lease.lease_until, me=me, now=now):
+            if lease is None or lease.holder == me or lease_dead(lease.holder, lease.lease_until, me, now):
                 due.append(row["id"])
         return due
