@@ -1,0 +1,40 @@
+"""The session lease in the store: one holder at a time, renewal, takeover when the lease runs out
+(a holder elsewhere) or at once (a holder process gone from this machine), the gateway's rule."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from agent_host.store.sqlite_service import LeaseHolder
+from agent_host.store.sqlite_store import SqliteSessionStore
+
+
+def test_one_holder_renewal_and_takeover_after_expiry(tmp_path: Path) -> None:
+    store = SqliteSessionStore(tmp_path / "l.db")
+    a = LeaseHolder("other-host/1", "boot-a")
+    b = LeaseHolder("other-host/2", "boot-b")
+    assert store.take_lease("s", a, 10, now=100.0) is not None
+    assert store.take_lease("s", b, 10, now=105.0) is None  # live: refused
+    assert store.take_lease("s", a, 10, now=108.0) is not None  # renewed to 118
+    assert store.take_lease("s", b, 10, now=117.0) is None
+    taken = store.take_lease("s", b, 10, now=118.0)  # ran out: taken over
+    assert taken is not None and taken.holder == b
+    # The same replica under a new boot: the old one is dead at once.
+    assert store.take_lease("s", LeaseHolder("other-host/2", "boot-c"), 10, now=119.0) is not None
+    store.release_lease("s", b)  # not the holder any more: nothing released
+    lease = store.get_lease("s")
+    assert lease is not None and lease.holder.boot_id == "boot-c"
+
+
+def test_a_gone_process_on_this_machine_loses_its_lease_at_once(tmp_path: Path) -> None:
+    store = SqliteSessionStore(tmp_path / "g.db")
+    child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
+    gone = LeaseHolder(f"{socket.gethostname()}/{child.stdout.strip()}", "boot-x")
+    assert store.take_lease("s", gone, 3600, now=100.0) is not None
+    me = LeaseHolder(f"{socket.gethostname()}/999999999", "boot-me")
+    assert store.take_lease("s", me, 10, now=101.0) is not None
+    queued, busy = store.queue_message("s2", "hello")
+    assert busy is False and store.due_sessions(me, now=102.0) == ["s2"]
