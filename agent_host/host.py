@@ -33,7 +33,7 @@ from .models.base import ModelClient
 from .models.openai_compat import OpenAICompatClient, OpenAIConfig
 from .models.scripted import ScriptedModelClient, load_script
 from .store.lease import hold_lease, this_process
-from .store.session_store import SessionStore, store_path
+from .store.session_store import SessionStore, store_path, store_target
 from .terminal.console import Console, ConsoleQuestioner
 from .turn.builtins import Builtins
 from .turn.continuation import load_hook
@@ -109,7 +109,7 @@ async def open_host(args: argparse.Namespace, console: Console, setting_changes:
     async with AsyncExitStack() as stack:
         if api is not None:
             stack.callback(api[1].close)
-        store = await stack.enter_async_context(SessionStore(store_path(args.store)))
+        store = await stack.enter_async_context(SessionStore(store_target(args.store)))
         session = await store.get_session(args.session) if args.session else None
         settings = resolve_settings(session.settings if session else {}, setting_changes)
         # Continuing a session keeps its model unless --model says otherwise.

@@ -25,7 +25,7 @@ from ..gateway_client.tasks import HostTasks
 from ..gateway_client.tools import GatewayToolSource
 from ..host import DEFAULT_MODEL, gateway_credential, model_client
 from ..models.base import ModelClient
-from ..store.session_store import SessionStore, store_path
+from ..store.session_store import SessionStore, store_path, store_target
 from ..turn.builtins import Builtins
 from ..turn.loop import AgentConfig, TurnLoop
 from .driver import Driver
@@ -52,7 +52,7 @@ def serve(args: argparse.Namespace) -> int:
     sock = bind_loopback(args.port)
 
     async def go() -> int:
-        async with SessionStore(store_path(args.store)) as store:
+        async with SessionStore(store_target(args.store)) as store:
             library = image_library(store_path(args.store), args.gateway, credential)
             tools = GatewayToolSource(args.gateway, token=credential, call_timeout=args.call_timeout, images=library,
                                       tasks=HostTasks(store_path(args.store)))

@@ -23,17 +23,33 @@ from typing import Concatenate, Generic, ParamSpec, Self, TypeVar, overload
 import anyio
 
 from ..domain.records import ApprovalRecord, ApprovalStatus, CallStatus, SessionRecord, ToolCallRecord, TurnRecord, TurnStatus
+from .postgres import is_postgres_url
 from .sqlite_store import SqliteSessionStore
 
 DEFAULT_STORE_PATH = "var/dex-agent.db"
 STORE_ENV = "DEX_AGENT_STORE"
+LOCAL_STORE_ENV = "DEX_AGENT_LOCAL_STORE"
 
 T = TypeVar("T")
 P = ParamSpec("P")
 
 
+def store_target(configured: str | None) -> str | Path:
+    """The session store: a SQLite file, or a PostgreSQL URL (`postgresql://...?schema=NAME`)."""
+    value = configured or os.environ.get(STORE_ENV) or DEFAULT_STORE_PATH
+    return value if is_postgres_url(value) else Path(value)
+
+
 def store_path(configured: str | None) -> Path:
-    return Path(configured or os.environ.get(STORE_ENV) or DEFAULT_STORE_PATH)
+    """The local file the host keeps its other files beside (login, images, upstream task ids): the
+    SQLite store; with a PostgreSQL store, $DEX_AGENT_LOCAL_STORE or the default path (its folder
+    created)."""
+    target = store_target(configured)
+    if isinstance(target, Path):
+        return target
+    local = Path(os.environ.get(LOCAL_STORE_ENV) or DEFAULT_STORE_PATH)
+    local.parent.mkdir(parents=True, exist_ok=True)
+    return local
 
 
 class _OffThread(Generic[P, T]):
@@ -67,7 +83,7 @@ class SessionStore:
     """The async face of `SqliteSessionStore`: each of its statements below, off the event loop."""
 
     def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
+        self.path: str | Path = path if is_postgres_url(path) else Path(path)
         self._sqlite: SqliteSessionStore | None = None
         self._limiter: anyio.CapacityLimiter | None = None
 
@@ -168,4 +184,5 @@ __all__ = [
     "TurnRecord",
     "TurnStatus",
     "store_path",
+    "store_target",
 ]

@@ -15,12 +15,13 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ..domain import session_events as events
 from ..domain.cards import ApprovalCard
 from ..domain.records import ApprovalRecord, EventRecord, SessionRecord, ToolCallRecord, TurnRecord, TurnStatus
 from ..models.base import Message
+from .postgres import PgConnection, is_postgres_url
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -89,6 +90,11 @@ class SqliteBase:
     """The connection and the helpers every group of statements uses."""
 
     def __init__(self, path: str | Path) -> None:
+        if is_postgres_url(path):
+            # PostgreSQL: the same statements through a connection that speaks them (`postgres.py`).
+            self.path = Path("postgresql")
+            self._db = cast(sqlite3.Connection, PgConnection(str(path)))
+            return
         self.path = Path(path)
         if str(path) != ":memory:":
             self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -180,20 +180,20 @@ class SqliteService(SqliteBase):
         now = time.time() if now is None else now
         rows = self._db.execute(
             """
-            SELECT t.session_id AS id FROM turns t WHERE t.status = :running
+            SELECT t.session_id AS id FROM turns t WHERE t.status = ?
               AND (NOT EXISTS (SELECT 1 FROM tool_calls c WHERE c.session_id = t.session_id AND c.turn_id = t.id
-                               AND c.status = :waiting AND c.wait_until > :now)
+                               AND c.status = ? AND c.wait_until > ?)
                    AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.session_id = t.session_id AND a.turn_id = t.id
-                               AND a.status = 'pending' AND (a.deadline IS NULL OR a.deadline > :now))
+                               AND a.status = 'pending' AND (a.deadline IS NULL OR a.deadline > ?))
                    AND NOT EXISTS (SELECT 1 FROM questions q WHERE q.session_id = t.session_id AND q.turn_id = t.id
-                               AND q.status = 'pending' AND (q.deadline IS NULL OR q.deadline > :now))
+                               AND q.status = 'pending' AND (q.deadline IS NULL OR q.deadline > ?))
                    OR EXISTS (SELECT 1 FROM controls k WHERE k.session_id = t.session_id AND k.turn_id = t.id
                                AND k.applied_at IS NULL))
             UNION
-            SELECT q.session_id AS id FROM queued_messages q WHERE q.status = :queued
-              AND NOT EXISTS (SELECT 1 FROM turns t WHERE t.session_id = q.session_id AND t.status = :running)
+            SELECT q.session_id AS id FROM queued_messages q WHERE q.status = ?
+              AND NOT EXISTS (SELECT 1 FROM turns t WHERE t.session_id = q.session_id AND t.status = ?)
             """,
-            {"running": TurnStatus.RUNNING.value, "waiting": CallStatus.WAITING.value, "now": now, "queued": QUEUED},
+            (TurnStatus.RUNNING.value, CallStatus.WAITING.value, now, now, now, QUEUED, TurnStatus.RUNNING.value),
         ).fetchall()
         due = []
         for row in rows:

@@ -16,10 +16,11 @@ TOKEN = "approver-token-serve-tests"
 MODEL = "scripted:tests.agent_host.serve_scripts:flow"
 
 
-def start_serve(stack: Stack, store: Path, log: Path, *extra: str) -> tuple[Proc, str]:
+def start_serve(stack: Stack, store: Path | str, log: Path, *extra: str) -> tuple[Proc, str]:
     """A serve process on the store (port 0 is refused by nobody: a free port is bound by it)."""
     proc = dex_agent("serve", "--store", str(store), "--gateway", stack.gateway_url, "--port", "0", "--model", MODEL,
-                     *extra, env={"DEX_APPROVER_TOKEN": TOKEN, "DEX_TEST_MODEL_LOG": str(log)})
+                     *extra, env={"DEX_APPROVER_TOKEN": TOKEN, "DEX_TEST_MODEL_LOG": str(log),
+                                  "DEX_AGENT_LOCAL_STORE": str(log.with_name("local.db"))})
     url = proc.wait_for(r"API on (http://127\.0\.0\.1:\d+)").group(1)
     return proc, url
 

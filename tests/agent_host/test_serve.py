@@ -3,14 +3,28 @@ the chat API, turns that resume by themselves after SIGKILL, one driver per sess
 
 from __future__ import annotations
 
+import random
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.agent_host.host_support import Stack, run_agent
 from tests.agent_host.serve_support import MODEL, TOKEN, Api, calls_per_turn, model_calls, start_serve
-from tests.support.servers import read_executions, release_gate, wait_for_executions
+from tests.support.postgres import fresh_schema_url
+from tests.support.servers import read_executions, release_gate
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def shared_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """One store for several processes: a SQLite file, or a fresh PostgreSQL schema."""
+    if request.param == "sqlite":
+        yield str(tmp_path / "two.db")
+    else:
+        with fresh_schema_url("dex_agent_serve") as url:
+            yield url
 
 
 def test_chat_api_queue_paging_and_settings(stack: Stack, tmp_path: Path) -> None:
@@ -56,25 +70,29 @@ def test_chat_api_queue_paging_and_settings(stack: Stack, tmp_path: Path) -> Non
         proc.stop()
 
 
-def test_killed_service_finishes_every_turn_by_itself(stack: Stack, tmp_path: Path) -> None:
+def test_killed_service_finishes_every_turn_by_itself(stack: Stack, tmp_path: Path, shared_store: str) -> None:
     """SIGKILL during a model call, a write, a durable wait and a pending approval; the next start
     finishes each turn with nothing else done: no write twice, each message once."""
-    store, log = tmp_path / "k.db", tmp_path / "calls.jsonl"
+    store, log = shared_store, tmp_path / "calls.jsonl"
+    gate, order = f"kill-{uuid.uuid4().hex[:8]}", str(random.randint(10_000, 99_999))  # apart from other runs on the stack
     proc, url = start_serve(stack, store, log)
     api = Api(url)
     sessions = {name: api.new_session() for name in ("model", "write", "wait", "approval")}
     api.send(sessions["model"], "slow 30 model")
-    api.send(sessions["write"], "hold kill-serve write")
+    api.send(sessions["write"], f"hold {gate} write")
     api.send(sessions["wait"], "wait 5 wait")
-    api.send(sessions["approval"], "refund 9101 approval")
-    wait_for_executions(stack.state_dir, 1, tool="hold_payment")
+    api.send(sessions["approval"], f"refund {order} approval")
+    deadline = time.monotonic() + 15
+    while not [e for e in read_executions(stack.state_dir, tool="hold_payment") if e["arguments"].get("gate") == gate]:
+        assert time.monotonic() < deadline, "the held write never started"
+        time.sleep(0.05)
     api.pending_approval(sessions["approval"])
     deadline = time.monotonic() + 10
     while not any(c["text"] == "slow 30 model" for c in model_calls(log)):
         assert time.monotonic() < deadline
         time.sleep(0.05)
     proc.sigkill()
-    release_gate(stack.state_dir, "kill-serve")
+    release_gate(stack.state_dir, gate)
     (tmp_path / "calls.jsonl.fast").touch()  # the model call made again answers at once
     proc, url = start_serve(stack, store, log)
     try:
@@ -85,16 +103,16 @@ def test_killed_service_finishes_every_turn_by_itself(stack: Stack, tmp_path: Pa
             assert [t["status"] for t in turns] == ["completed"], (name, turns)
             users = [m["text"] for m in api.messages(session)["messages"] if m["role"] == "user"]
             assert len(users) == 1, users
-        holds = [e for e in read_executions(stack.state_dir, tool="hold_payment") if e["arguments"].get("gate") == "kill-serve"]
+        holds = [e for e in read_executions(stack.state_dir, tool="hold_payment") if e["arguments"].get("gate") == gate]
         assert len({e["idempotency_key"] for e in holds}) == 1
-        refunds = [e for e in read_executions(stack.state_dir, tool="refund") if e["arguments"].get("order") == "9101"]
+        refunds = [e for e in read_executions(stack.state_dir, tool="refund") if e["arguments"].get("order") == order]
         assert len(refunds) == 1
     finally:
         proc.stop()
 
 
-def _two_services(stack: Stack, tmp_path: Path, count: int) -> None:
-    store, log = tmp_path / "two.db", tmp_path / "calls.jsonl"
+def _two_services(stack: Stack, tmp_path: Path, store: str, count: int) -> None:
+    log = tmp_path / "calls.jsonl"
     first, url_a = start_serve(stack, store, log, "--lease-seconds", "3")
     second, url_b = start_serve(stack, store, log, "--lease-seconds", "3")
     try:
@@ -114,13 +132,13 @@ def _two_services(stack: Stack, tmp_path: Path, count: int) -> None:
         second.stop()
 
 
-def test_two_services_share_sessions(stack: Stack, tmp_path: Path) -> None:
-    _two_services(stack, tmp_path, 4)
+def test_two_services_share_sessions(stack: Stack, tmp_path: Path, shared_store: str) -> None:
+    _two_services(stack, tmp_path, shared_store, 4)
 
 
 @pytest.mark.slow
-def test_two_services_share_twenty_sessions(stack: Stack, tmp_path: Path) -> None:
-    _two_services(stack, tmp_path, 20)
+def test_two_services_share_twenty_sessions(stack: Stack, tmp_path: Path, shared_store: str) -> None:
+    _two_services(stack, tmp_path, shared_store, 20)
 
 
 def test_run_refuses_a_session_that_serve_drives(stack: Stack, tmp_path: Path) -> None:
