@@ -4,6 +4,7 @@ the chat API, turns that resume by themselves after SIGKILL, one driver per sess
 from __future__ import annotations
 
 import random
+from collections import Counter
 import time
 import uuid
 from collections.abc import Iterator
@@ -119,14 +120,22 @@ def _two_services(stack: Stack, tmp_path: Path, store: str, count: int) -> None:
         a, b = Api(url_a), Api(url_b)
         sessions = [(a if i % 2 else b).new_session() for i in range(count)]
         for i, session in enumerate(sessions):
-            (b if i % 2 else a).send(session, f"wait 2 s{i}")
-        time.sleep(1.0)  # every turn is parked in its wait, on one process or the other
+            (b if i % 2 else a).send(session, f"wait 4 s{i}")
+        deadline = time.monotonic() + 20
+        for session in sessions:  # every turn parked in its wait (its first answer committed)
+            while not any(m["role"] == "assistant" for m in a.messages(session)["messages"]):
+                assert time.monotonic() < deadline, session
+                time.sleep(0.05)
+        drivers = Counter(c["pid"] for c in model_calls(log))
+        print(f"first model calls per process: {dict(drivers)}")
         first.sigkill()
         for session in sessions:
             assert [t["status"] for t in b.wait_turns(session, 1, timeout=30)] == ["completed"]
         per_turn = calls_per_turn(log)
         assert set(per_turn.values()) == {1}, per_turn  # each model call of each turn made once
         assert len(per_turn) == 2 * count
+        if drivers[first.process.pid]:  # the killed process's turns were finished by the other one
+            assert {c["pid"] for c in model_calls(log) if c["call"] == 2} == {second.process.pid}
     finally:
         first.stop()
         second.stop()
