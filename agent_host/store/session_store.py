@@ -1,6 +1,7 @@
-"""The session store (SQLite) as the async host uses it: sessions, turns, messages, tool-call
-records, approvals, questions, controls (steer, cancel, plan execution), usage, compactions and
-the session's event log.
+"""The session store (SQLite; or PostgreSQL through the same statements, `postgres.py`) as the
+async host uses it: sessions, turns, messages, tool-call records, approvals, questions, controls
+(steer, cancel, plan execution), usage, compactions, the session's event log, and for `serve`
+leases and queued messages.
 
 Every state change is committed (WAL, synchronous=FULL) before the loop acts on it, so a host
 killed at any instant resumes at a step boundary. The fsync of each commit happens off the

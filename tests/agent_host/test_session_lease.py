@@ -38,3 +38,14 @@ def test_a_gone_process_on_this_machine_loses_its_lease_at_once(tmp_path: Path) 
     assert store.take_lease("s", me, 10, now=101.0) is not None
     queued, busy = store.queue_message("s2", "hello")
     assert busy is False and store.due_sessions(me, now=102.0) == ["s2"]
+
+
+def test_the_postgresql_connection_speaks_the_statements_sqlite_subset() -> None:
+    from agent_host.store.postgres import translate
+
+    assert translate("SELECT * FROM controls WHERE session_id = ? AND turn_id IS ? LIMIT ?") == (
+        "SELECT * FROM controls WHERE session_id = $1 AND turn_id IS NOT DISTINCT FROM $2 LIMIT $3", None, False)
+    sql, key, ignore = translate("INSERT OR IGNORE INTO approvals (id, status) VALUES (?, ?)")
+    assert (sql, key, ignore) == ("INSERT INTO approvals (id, status) VALUES ($1, $2) ON CONFLICT DO NOTHING", None, True)
+    assert translate("INSERT INTO events (session_id, data) VALUES (?, ?)")[:2] == (
+        "INSERT INTO events (session_id, data) VALUES ($1, $2) RETURNING id", "id")
