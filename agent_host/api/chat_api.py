@@ -7,7 +7,8 @@ change its settings.
     POST   /sessions/{id}/messages            {"text"}  -> 202 {"message_id", "queued": bool}
     DELETE /sessions/{id}/messages/{mid}      a queued message -> 204; 409 once its turn started
     GET    /sessions/{id}/messages?limit=50&before=<message id>
-                                              -> {"messages": [{"id", "role", "text", "turn_id", ...}], "queued": [...]}
+                                              -> {"messages": [{"id", "role", "text", "turn_id", ...}], oldest first,
+                                                  "next_before": the id to page on (null: no older), "queued": [...]}
     GET    /sessions/{id}/settings            {"settings"}
     PATCH  /sessions/{id}/settings            {"temperature": 0.2, ...; null clears} -> {"settings"}
 
@@ -154,8 +155,10 @@ class ChatApi:
         if rows is None:
             return _error("before must be the id of a message of this session", 400)
         queued = [{"id": q.id, "role": "user", "text": q.text, "queued": True} for q in await self.store.queued_messages(found)]
-        messages = [_message_json(*row) for row in rows]
-        return SafeJSONResponse(session_events.inert({"messages": messages, "queued": queued}))
+        more = len(rows) > limit
+        messages = [_message_json(*row) for row in rows[-limit:]]
+        next_before = messages[0]["id"] if more and messages else None
+        return SafeJSONResponse(session_events.inert({"messages": messages, "next_before": next_before, "queued": queued}))
 
     async def get_settings(self, request: Request) -> JSONResponse:
         found = await self._session(request)

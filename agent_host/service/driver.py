@@ -24,6 +24,7 @@ from ..store.lease import DEFAULT_LEASE_SECONDS, SessionBusy, hold_lease
 log = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.25
+MAX_BACKOFF_SECONDS = 60.0
 
 
 class Driver:
@@ -37,13 +38,16 @@ class Driver:
         self.lease_seconds = lease_seconds
         self.poll_seconds = poll_seconds
         self._driving: set[str] = set()
+        # Sessions whose driving failed: not picked up again before this monotonic time.
+        self._backoff: dict[str, tuple[float, float]] = {}
 
     async def run(self) -> None:
         """Pick up due sessions until cancelled."""
         async with anyio.create_task_group() as tg:
             while True:
+                now = anyio.current_time()
                 for session_id in await self.store.due_sessions(self.me):
-                    if session_id not in self._driving:
+                    if session_id not in self._driving and self._backoff.get(session_id, (0.0, 0.0))[0] <= now:
                         self._driving.add(session_id)
                         tg.start_soon(self._drive, session_id)
                 await anyio.sleep(self.poll_seconds)
@@ -54,9 +58,12 @@ class Driver:
                 await self.drive_session(session_id)
         except SessionBusy:
             pass  # another process took it first
-        except Exception:  # a turn the loop could not settle: logged, tried again when due
+        except Exception:  # a turn the loop could not settle: logged, tried again later (backing off)
             log.exception("driving session %s failed", session_id)
-            await anyio.sleep(self.poll_seconds * 4)
+            delay = min(MAX_BACKOFF_SECONDS, 2 * self._backoff.get(session_id, (0.0, 0.5))[1])
+            self._backoff[session_id] = (anyio.current_time() + delay, delay)
+        else:
+            self._backoff.pop(session_id, None)
         finally:
             self._driving.discard(session_id)
 

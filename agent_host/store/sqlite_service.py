@@ -157,7 +157,8 @@ class SqliteService(SqliteBase):
         self, session_id: str, limit: int, before: str | None = None
     ) -> list[tuple[str, str, str]] | None:
         """Up to `limit` stored messages before the message `before` (all: None), oldest first, as
-        (id, turn id, JSON body); None when `before` is not a message of the session."""
+        (id, turn id, JSON body); None when `before` is not a message of the session. One more
+        than `limit` is read, so the caller knows whether older messages remain (it drops it)."""
         bound = None
         if before is not None:
             row = self._db.execute(
@@ -169,7 +170,7 @@ class SqliteService(SqliteBase):
             bound = int(row["seq"])
         rows = self._db.execute(
             "SELECT seq, message_id, turn_id, body FROM messages WHERE session_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?",
-            (session_id, bound if bound is not None else 2**62, limit),
+            (session_id, bound if bound is not None else 2**62, limit + 1),
         ).fetchall()
         return [(r["message_id"] or f"seq-{r['seq']}", r["turn_id"], r["body"]) for r in reversed(rows)]
 

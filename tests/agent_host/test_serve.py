@@ -51,8 +51,17 @@ def test_chat_api_queue_paging_and_settings(stack: Stack, tmp_path: Path) -> Non
         users = [m for m in page["messages"] if m["role"] == "user"]
         assert [m["text"] for m in users] == ["wait 2 first", "second"]
         assert users[0]["id"] == first["message_id"] and users[1]["id"] == second["message_id"]
-        older = api.messages(session, limit=1, before=second["message_id"])["messages"]
-        assert len(older) == 1 and older[0]["role"] == "assistant"
+        older = api.messages(session, limit=1, before=second["message_id"])
+        assert len(older["messages"]) == 1 and older["messages"][0]["role"] == "assistant"
+        assert older["next_before"] == older["messages"][0]["id"]
+        everything, before = [], None
+        while True:  # paging back to the first message, two at a time
+            page_ = api.messages(session, limit=2, **({"before": before} if before else {}))
+            everything = page_["messages"] + everything
+            before = page_["next_before"]
+            if before is None:
+                break
+        assert everything == api.messages(session, limit=200)["messages"] and everything[0]["id"] == first["message_id"]
         assert api.client.get(f"/sessions/{session}/messages", params={"limit": 201}).status_code == 400
         assert api.client.get(f"/sessions/{session}/messages", params={"before": "nope"}).status_code == 400
         assert api.client.get("/sessions/nope/messages").status_code == 404
@@ -166,5 +175,30 @@ def test_run_refuses_a_session_that_serve_drives(stack: Stack, tmp_path: Path) -
         assert result.returncode == 2, result.stderr
         assert f"session {session} is driven by another process" in result.stderr
         assert TOKEN not in result.stderr
+    finally:
+        proc.stop()
+
+
+def test_a_parked_turn_is_cancelled_or_steered_at_once(stack: Stack, tmp_path: Path) -> None:
+    """A turn parked in a long durable wait or on a pending approval holds no process; a cancel or a
+    steer makes it due, and the service applies it at once."""
+    proc, url = start_serve(stack, tmp_path / "p.db", tmp_path / "calls.jsonl")
+    try:
+        api = Api(url)
+        waiting, approving = api.new_session(), api.new_session()
+        api.send(waiting, "wait 600 long")
+        order = str(random.randint(10_000, 99_999))
+        api.send(approving, f"refund {order} steered")
+        api.pending_approval(approving)
+        deadline = time.monotonic() + 10
+        while not any(m["role"] == "assistant" for m in api.messages(waiting)["messages"]):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert api.client.post(f"/sessions/{waiting}/cancel", json={"reason": "enough"}).status_code == 202
+        assert api.client.post(f"/sessions/{approving}/steer", json={"text": "never mind"}).status_code == 202
+        assert [t["status"] for t in api.wait_turns(waiting, 1, timeout=10)] == ["cancelled"]
+        turns = api.wait_turns(approving, 1, timeout=10)
+        assert turns[0]["status"] == "completed" and turns[0]["final_text"].startswith("done: never mind")
+        assert not [e for e in read_executions(stack.state_dir, tool="refund") if e["arguments"].get("order") == order]
     finally:
         proc.stop()
