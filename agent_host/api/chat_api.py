@@ -4,7 +4,7 @@ change its settings.
 
     POST   /sessions                          {"model"?, "instructions"?, "settings"?} -> 201 {"session_id"}
     GET    /sessions                          {"sessions": [{"session_id", "model", "turns", "last_status", "queued"}]}
-    POST   /sessions/{id}/messages            {"text"}  -> 202 {"message_id", "queued": bool}
+    POST   /sessions/{id}/messages            {"text", "plan"?}  -> 202 {"message_id", "queued": bool}
     DELETE /sessions/{id}/messages/{mid}      a queued message -> 204; 409 once its turn started
     GET    /sessions/{id}/messages?limit=50&before=<message id>
                                               -> {"messages": [{"id", "role", "text", "turn_id", ...}], oldest first,
@@ -49,6 +49,7 @@ class NewSession(BaseModel):
 
 class NewMessage(BaseModel):
     text: str = Field(min_length=1, max_length=MAX_MESSAGE_CHARS)
+    plan: bool = False  # a planning turn: the model writes a draft plan, run once approved
 
 
 @dataclass(frozen=True)
@@ -123,12 +124,12 @@ class ChatApi:
         found = await self._session(request)
         if isinstance(found, JSONResponse):
             return found
-        body = await read_body(request, NewMessage, '{"text": str}')
+        body = await read_body(request, NewMessage, '{"text": str, "plan"?: bool}')
         if isinstance(body, JSONResponse):
             return body
         if not body.text.strip():
             return _error("text must not be blank", 400)
-        queued, busy = await self.store.queue_message(found, body.text)
+        queued, busy = await self.store.queue_message(found, body.text, body.plan)
         return SafeJSONResponse({"message_id": queued.id, "queued": busy}, status_code=202)
 
     async def withdraw(self, request: Request) -> Response:

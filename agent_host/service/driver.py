@@ -5,7 +5,7 @@ lease, one task per session.
 
 A session is driven until it has nothing left to do now: its unfinished turn is resumed (a call
 that may have been sent is sent again with the same key, as `dex-agent resume` does), then each
-queued message starts the next turn. A turn that has to wait for someone or for a time is parked
+queued message starts the next turn, then an approved draft plan its executing turn. A turn that has to wait for someone or for a time is parked
 (`domain/parking.py`): the lease is released and the session comes back when the store says it
 is due. Nothing sleeps in the process for a turn.
 """
@@ -79,7 +79,8 @@ class Driver:
                         return
                     raise
                 continue
-            if await self.store.start_queued_turn(session_id) is None:
+            # Queued messages first, then an approved draft plan (as the seeds order them).
+            if await self.store.start_queued_turn(session_id) is None and await self.store.start_plan_execution(session_id) is None:
                 return
 
 

@@ -170,6 +170,7 @@ class SessionStore:
     withdraw_message = _OffThread(SqliteSessionStore.withdraw_message)
     queued_messages = _OffThread(SqliteSessionStore.queued_messages)
     start_queued_turn = _OffThread(SqliteSessionStore.start_queued_turn)
+    start_plan_execution = _OffThread(SqliteSessionStore.start_plan_execution)
     transcript = _OffThread(SqliteSessionStore.transcript)
     due_sessions = _OffThread(SqliteSessionStore.due_sessions)
 

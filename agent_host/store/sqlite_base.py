@@ -68,7 +68,7 @@ CREATE TABLE IF NOT EXISTS events (
 CREATE INDEX IF NOT EXISTS events_by_session ON events (session_id, id);
 CREATE TABLE IF NOT EXISTS queued_messages (
   seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE, session_id TEXT NOT NULL,
-  text TEXT NOT NULL, status TEXT NOT NULL, turn_id TEXT, created_at REAL NOT NULL);
+  text TEXT NOT NULL, status TEXT NOT NULL, turn_id TEXT, created_at REAL NOT NULL, mode TEXT NOT NULL DEFAULT 'chat');
 CREATE INDEX IF NOT EXISTS queued_by_session ON queued_messages (session_id, status, seq);
 CREATE TABLE IF NOT EXISTS leases (
   session_id TEXT PRIMARY KEY, replica_id TEXT NOT NULL, boot_id TEXT NOT NULL, lease_until REAL NOT NULL);

@@ -11,7 +11,7 @@ Work is due for a session that is not held by a live process when
 * it has a running turn that waits for nothing: an interrupted one, or one whose `durable_wait`
   time came (the wake-up time is the call's stored `wait_until`), whose approval or question got
   its answer or passed its deadline, or that was steered or cancelled while it waited;
-* it has no running turn and a queued message.
+* it has no running turn and a queued message, or an approval of its draft plan (`execute_plan`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from gateway.storage.leases import holder_dead
 
 from ..domain import session_events as events
-from ..domain.records import CallStatus, TurnStatus
+from ..domain.records import CallStatus, ControlKind, TurnStatus
 from .sqlite_base import SqliteBase
 
 QUEUED, STARTED, WITHDRAWN = "queued", "started", "withdrawn"
@@ -116,8 +116,9 @@ class SqliteService(SqliteBase):
     def _queued(row: sqlite3.Row) -> QueuedMessage:
         return QueuedMessage(row["id"], row["session_id"], row["text"], row["status"], row["turn_id"], row["created_at"])
 
-    def queue_message(self, session_id: str, text: str) -> tuple[QueuedMessage, bool]:
-        """Queue a user message; (it, whether it waits behind a running turn or other messages)."""
+    def queue_message(self, session_id: str, text: str, planning: bool = False) -> tuple[QueuedMessage, bool]:
+        """Queue a user message (`planning`: it starts a planning turn); (it, whether it waits
+        behind a running turn or other messages)."""
         message_id = "m-" + uuid.uuid4().hex[:16]
         with self._tx() as db:
             busy = db.execute(
@@ -126,8 +127,8 @@ class SqliteService(SqliteBase):
                 (session_id, TurnStatus.RUNNING.value, session_id, QUEUED),
             ).fetchone() is not None
             db.execute(
-                "INSERT INTO queued_messages (id, session_id, text, status, created_at) VALUES (?, ?, ?, ?, ?)",
-                (message_id, session_id, text, QUEUED, time.time()),
+                "INSERT INTO queued_messages (id, session_id, text, status, created_at, mode) VALUES (?, ?, ?, ?, ?, ?)",
+                (message_id, session_id, text, QUEUED, time.time(), "planning" if planning else "chat"),
             )
             self._event(db, session_id, None, events.QUEUE, events.queued(message_id, text, QUEUED))
             row = db.execute("SELECT * FROM queued_messages WHERE id = ?", (message_id,)).fetchone()
@@ -193,8 +194,12 @@ class SqliteService(SqliteBase):
             UNION
             SELECT q.session_id AS id FROM queued_messages q WHERE q.status = ?
               AND NOT EXISTS (SELECT 1 FROM turns t WHERE t.session_id = q.session_id AND t.status = ?)
+            UNION
+            SELECT k.session_id AS id FROM controls k WHERE k.turn_id IS NULL AND k.kind = ? AND k.applied_at IS NULL
+              AND NOT EXISTS (SELECT 1 FROM turns t WHERE t.session_id = k.session_id AND t.status = ?)
             """,
-            (TurnStatus.RUNNING.value, CallStatus.WAITING.value, now, now, now, QUEUED, TurnStatus.RUNNING.value),
+            (TurnStatus.RUNNING.value, CallStatus.WAITING.value, now, now, now, QUEUED, TurnStatus.RUNNING.value,
+             ControlKind.EXECUTE_PLAN.value, TurnStatus.RUNNING.value),
         ).fetchall()
         due = []
         for row in rows:

@@ -20,9 +20,11 @@ from typing import Any
 from gateway.media.references import ImageReference
 
 from ..domain import session_events as events
+from ..domain import texts
 from ..domain.records import (
     ApprovalRecord,
     ApprovalStatus,
+    ControlKind,
     PlanStatus,
     SessionRecord,
     ToolCallRecord,
@@ -129,7 +131,8 @@ class SqliteSessionStore(SqliteControls, SqliteLedger, SqliteService):
 
     def start_queued_turn(self, session_id: str) -> TurnRecord | None:
         """The oldest queued message starts a turn (one transaction: it starts exactly once); None
-        when a turn runs or nothing is queued. A message about a draft plan revises it."""
+        when a turn runs or nothing is queued. A planning message starts a planning turn, and so
+        does a message about a draft plan (it revises it)."""
         with self._tx() as db:
             if self._running(db, session_id):
                 return None
@@ -139,11 +142,41 @@ class SqliteSessionStore(SqliteControls, SqliteLedger, SqliteService):
             if row is None:
                 return None
             plan = db.execute("SELECT plan_status FROM sessions WHERE id = ?", (session_id,)).fetchone()
-            mode = TurnMode.PLANNING if plan and plan["plan_status"] == PlanStatus.DRAFT.value else TurnMode.CHAT
+            draft = plan is not None and plan["plan_status"] == PlanStatus.DRAFT.value
+            mode = TurnMode.PLANNING if draft or row["mode"] == TurnMode.PLANNING.value else TurnMode.CHAT
             turn = self._start_turn(db, session_id, row["text"], mode, message_id=row["id"])
             db.execute("UPDATE queued_messages SET status = ?, turn_id = ? WHERE id = ?", (STARTED, turn.id, row["id"]))
             self._event(db, session_id, turn.id, events.QUEUE, events.queued(row["id"], row["text"], STARTED))
         return turn
+
+    def start_plan_execution(self, session_id: str) -> TurnRecord | None:
+        """An approval of the current draft plan (an `execute_plan` control) starts its executing
+        turn, in one transaction (approvals of replaced revisions are settled unused); None when a
+        turn runs or no approval waits. `dex-agent serve` runs it after the queued messages."""
+        with self._tx() as db:
+            if self._running(db, session_id):
+                return None
+            rows = db.execute(
+                "SELECT * FROM controls WHERE session_id = ? AND turn_id IS NULL AND kind = ? AND applied_at IS NULL ORDER BY id",
+                (session_id, ControlKind.EXECUTE_PLAN.value),
+            ).fetchall()
+            if not rows:
+                return None
+            plan = db.execute("SELECT plan, plan_revision, plan_status FROM sessions WHERE id = ?", (session_id,)).fetchone()
+            chosen = None
+            for row in rows:
+                control = self._control(row)
+                if chosen is None and plan["plan_status"] == PlanStatus.DRAFT.value and control.revision == plan["plan_revision"]:
+                    chosen = control
+                db.execute("UPDATE controls SET applied_at = ? WHERE id = ?", (time.time(), control.id))
+                self._event(db, session_id, None, events.CONTROL, events.control(control, applied=True))
+            if chosen is None:
+                return None
+            revision = int(plan["plan_revision"])
+            db.execute("UPDATE sessions SET plan_status = ? WHERE id = ?", (PlanStatus.ACTIVE.value, session_id))
+            todos = json.loads(plan["plan"]) if plan["plan"] else None
+            self._event(db, session_id, None, events.PLAN, events.plan(revision, PlanStatus.ACTIVE.value, todos))
+            return self._start_turn(db, session_id, texts.plan_approved(revision), TurnMode.EXECUTING)
 
     @staticmethod
     def _running(db: sqlite3.Connection, session_id: str) -> bool:

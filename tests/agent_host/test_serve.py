@@ -202,3 +202,21 @@ def test_a_parked_turn_is_cancelled_or_steered_at_once(stack: Stack, tmp_path: P
         assert not [e for e in read_executions(stack.state_dir, tool="refund") if e["arguments"].get("order") == order]
     finally:
         proc.stop()
+
+
+def test_a_planning_message_and_its_approval_run_by_themselves(stack: Stack, tmp_path: Path) -> None:
+    proc, url = start_serve(stack, tmp_path / "plan.db", tmp_path / "calls.jsonl")
+    try:
+        api = Api(url)
+        session = api.new_session(model="scripted:tests.agent_host.scripts:plan_then_execute")
+        api.client.post(f"/sessions/{session}/messages", json={"text": "plan it", "plan": True}).raise_for_status()
+        api.wait_turns(session, 1)
+        plan = api.client.get(f"/sessions/{session}").json()["plan"]
+        assert plan["status"] == "draft"
+        approved = api.client.post(f"/sessions/{session}/plan/approve", json={"revision": plan["revision"]})
+        assert approved.status_code == 202, approved.text
+        turns = api.wait_turns(session, 2)
+        assert turns[1]["status"] == "completed" and turns[1]["final_text"].startswith("EXECUTED: ")
+        assert api.client.get(f"/sessions/{session}").json()["plan"]["status"] == "completed"
+    finally:
+        proc.stop()

@@ -389,10 +389,11 @@
     event.preventDefault();
     const text = $("message-text").value.trim();
     if (!text) return;
-    const result = await api("POST", base + "/messages", { text });
+    const result = await api("POST", base + "/messages", { text, plan: $("message-plan").checked });
     if (!result.ok) return showError(result.data.error || "the message was refused");
     showError("");
     $("message-text").value = "";
+    $("message-plan").checked = false;
     refreshQueue();
   }
 
