@@ -111,8 +111,10 @@ def test_killed_service_finishes_every_turn_by_itself(stack: Stack, tmp_path: Pa
         for name, session in sessions.items():
             turns = api.wait_turns(session, 1, timeout=45)
             assert [t["status"] for t in turns] == ["completed"], (name, turns)
-            users = [m["text"] for m in api.messages(session)["messages"] if m["role"] == "user"]
-            assert len(users) == 1, users
+            messages = api.messages(session)["messages"]
+            assert len([m for m in messages if m["role"] == "user"]) == 1, messages
+            # One answer per model call the turn counts: no answer written twice.
+            assert len([m for m in messages if m["role"] == "assistant"]) == turns[0]["model_calls"], messages
         holds = [e for e in read_executions(stack.state_dir, tool="hold_payment") if e["arguments"].get("gate") == gate]
         assert len({e["idempotency_key"] for e in holds}) == 1
         refunds = [e for e in read_executions(stack.state_dir, tool="refund") if e["arguments"].get("order") == order]
@@ -218,5 +220,23 @@ def test_a_planning_message_and_its_approval_run_by_themselves(stack: Stack, tmp
         turns = api.wait_turns(session, 2)
         assert turns[1]["status"] == "completed" and turns[1]["final_text"].startswith("EXECUTED: ")
         assert api.client.get(f"/sessions/{session}").json()["plan"]["status"] == "completed"
+    finally:
+        proc.stop()
+
+
+def test_an_ask_user_question_answered_through_the_api(stack: Stack, tmp_path: Path) -> None:
+    proc, url = start_serve(stack, tmp_path / "q.db", tmp_path / "calls.jsonl")
+    try:
+        api = Api(url)
+        session = api.new_session(model="scripted:tests.agent_host.scripts:ask_color")
+        api.send(session, "which color")
+        deadline = time.monotonic() + 15
+        while not (questions := api.client.get(f"/sessions/{session}").json()["questions"]):
+            assert time.monotonic() < deadline, "no question came"
+            time.sleep(0.1)
+        answered = api.client.post(f"/questions/{questions[0]['id']}", json={"answer": "green"})
+        assert answered.status_code == 200, answered.text
+        turns = api.wait_turns(session, 1)
+        assert turns[0]["status"] == "completed" and "green" in turns[0]["final_text"]
     finally:
         proc.stop()
