@@ -13,6 +13,8 @@ import os
 import sys
 from collections.abc import Sequence
 
+from gateway.errors import StoreError
+
 from ..api.guard import add_api_guard_args
 from ..approvals.gate import DEFAULT_APPROVAL_TIMEOUT_SECONDS
 from ..domain.credentials import RemovedFlag, add_approver_token_args, add_issuer_args, add_token_args
@@ -51,10 +53,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         leaf = _leaf(group)
         if isinstance(leaf, KeyboardInterrupt):
             return 130
-        if isinstance(leaf, (ValueError, KeyError)):
+        if isinstance(leaf, (ValueError, KeyError, StoreError)):
             return _fail(leaf, 2)
         raise
-    except (ValueError, KeyError) as exc:
+    except (ValueError, KeyError, StoreError) as exc:
         return _fail(exc, 2)
 
 

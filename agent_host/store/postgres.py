@@ -19,11 +19,13 @@ import asyncio
 import re
 import threading
 import zlib
+from urllib.parse import urlsplit
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import asyncpg
 
+from gateway.errors import StoreError
 from gateway.storage.urls import parse_postgres_url
 
 SCHEMA = """
@@ -146,7 +148,12 @@ class PgConnection:
             raise
 
     async def _connect(self, dsn: str) -> asyncpg.Connection:
-        conn = await asyncpg.connect(dsn, timeout=10)
+        try:
+            conn = await asyncpg.connect(dsn, timeout=10)
+        except (OSError, asyncio.TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            where = urlsplit(dsn)
+            raise StoreError(f"cannot open the session store at PostgreSQL {where.hostname}:{where.port or 5432}"
+                             f"{where.path}: {exc}") from None
         await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self._schema}"')
         await conn.execute(f'SET search_path TO "{self._schema}"')
         async with conn.transaction():

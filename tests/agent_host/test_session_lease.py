@@ -49,3 +49,13 @@ def test_the_postgresql_connection_speaks_the_statements_sqlite_subset() -> None
     assert (sql, key, ignore) == ("INSERT INTO approvals (id, status) VALUES ($1, $2) ON CONFLICT DO NOTHING", None, True)
     assert translate("INSERT INTO events (session_id, data) VALUES (?, ?)")[:2] == (
         "INSERT INTO events (session_id, data) VALUES ($1, $2) RETURNING id", "id")
+
+
+def test_an_unreachable_postgresql_store_is_one_line() -> None:
+    from tests.agent_host.host_support import run_agent
+    from tests.support.servers import free_port
+
+    result = run_agent("sessions", "list", "--store", f"postgresql://nobody@127.0.0.1:{free_port()}/test")
+    assert result.returncode == 2
+    assert result.stderr.startswith("dex-agent: cannot open the session store at PostgreSQL 127.0.0.1:")
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
