@@ -2,16 +2,16 @@
 
 The lease is taken in the store (`store/sqlite_service.py`, the gateway's lease rule) and renewed
 every third of its time while the body runs; a renewal that finds another live holder (this
-process stalled past its lease and was taken over) cancels the body: it no longer drives the
-session. A body that ends releases the lease.
+process stalled past its lease and was taken over) cancels the body, which then ends with
+`SessionBusy`: it no longer drives the session. A body that ends releases the lease.
 """
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 import uuid
-import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -41,29 +41,33 @@ def busy_message(session_id: str, holder: LeaseHolder, until: float) -> str:
 @asynccontextmanager
 async def hold_lease(
     store: SessionStore, session_id: str, me: LeaseHolder, seconds: float = DEFAULT_LEASE_SECONDS
-) -> AsyncIterator[anyio.CancelScope]:
-    """Drive `session_id` inside: SessionBusy when a live other process holds it. Yields the scope
-    that a lost lease cancels."""
+) -> AsyncIterator[None]:
+    """Drive `session_id` inside: SessionBusy when a live other process holds it, or when the
+    lease is lost (then the body is cancelled first)."""
     if await store.take_lease(session_id, me, seconds) is None:
         lease = await store.get_lease(session_id)
         raise SessionBusy(busy_message(session_id, lease.holder, lease.lease_until) if lease else f"session {session_id} is busy")
+    lost = False
     try:
         async with anyio.create_task_group() as tg:
-            body = anyio.CancelScope()
 
             async def renew() -> None:
+                nonlocal lost
                 while True:
                     await anyio.sleep(seconds / 3)
                     if await store.take_lease(session_id, me, seconds) is None:
-                        body.cancel()
+                        lost = True
+                        tg.cancel_scope.cancel()  # the body too: it no longer drives the session
                         return
 
             tg.start_soon(renew)
             try:
-                with body:
-                    yield body
+                yield
             finally:
                 tg.cancel_scope.cancel()
+        if lost:
+            raise SessionBusy(f"lost the lease of session {session_id}: another process took it over "
+                              "(this one stalled past its lease); it drives the session now")
     finally:
         with anyio.CancelScope(shield=True):
             await store.release_lease(session_id, me)

@@ -59,3 +59,26 @@ def test_an_unreachable_postgresql_store_is_one_line() -> None:
     assert result.returncode == 2
     assert result.stderr.startswith("dex-agent: cannot open the session store at PostgreSQL 127.0.0.1:")
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_lost_lease_stops_the_body_with_a_clear_error(tmp_path: Path) -> None:
+    import time
+
+    import anyio
+    import pytest
+
+    from agent_host.store.lease import SessionBusy, hold_lease
+    from agent_host.store.session_store import SessionStore
+
+    async def go() -> None:
+        async with SessionStore(tmp_path / "lost.db") as store:
+            me, thief = LeaseHolder("other-host/1", "a"), LeaseHolder("other-host/2", "b")
+            with pytest.raises(SessionBusy, match="lost the lease of session s"):
+                async with hold_lease(store, "s", me, seconds=0.3):
+                    # Seen from a clock past this lease (as after a stall), the thief takes it over.
+                    assert await store.take_lease("s", thief, 60, now=time.time() + 1) is not None
+                    await anyio.sleep(5)  # cancelled by the failed renewal
+            lease = await store.get_lease("s")
+            assert lease is not None and lease.holder == thief  # not released by the loser
+
+    anyio.run(go)
