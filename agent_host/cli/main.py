@@ -174,7 +174,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _store_arg(parser: argparse.ArgumentParser, default: object = argparse.SUPPRESS) -> None:
     # Accepted before or after the command; SUPPRESS keeps a value given before it.
-    parser.add_argument("--store", default=default, help="session store (SQLite file; default $DEX_AGENT_STORE or var/dex-agent.db)")
+    parser.add_argument("--store", default=default, help="session store: a SQLite file or postgresql://...?schema=NAME (default $DEX_AGENT_STORE or var/dex-agent.db)")
 
 
 def _agent_args(parser: argparse.ArgumentParser, demo: bool = False) -> None:
