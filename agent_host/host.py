@@ -32,7 +32,8 @@ from .gateway_client.tools import GatewayToolSource
 from .models.base import ModelClient
 from .models.openai_compat import OpenAICompatClient, OpenAIConfig
 from .models.scripted import ScriptedModelClient, load_script
-from .store.session_store import SessionStore, store_path
+from .store.lease import hold_lease, this_process
+from .store.session_store import SessionStore, store_path, store_target
 from .terminal.console import Console, ConsoleQuestioner
 from .turn.builtins import Builtins
 from .turn.continuation import load_hook
@@ -108,7 +109,7 @@ async def open_host(args: argparse.Namespace, console: Console, setting_changes:
     async with AsyncExitStack() as stack:
         if api is not None:
             stack.callback(api[1].close)
-        store = await stack.enter_async_context(SessionStore(store_path(args.store)))
+        store = await stack.enter_async_context(SessionStore(store_target(args.store)))
         session = await store.get_session(args.session) if args.session else None
         settings = resolve_settings(session.settings if session else {}, setting_changes)
         # Continuing a session keeps its model unless --model says otherwise.
@@ -119,6 +120,8 @@ async def open_host(args: argparse.Namespace, console: Console, setting_changes:
             session = await store.create_session(model.name, args.gateway, args.session, settings.stored())
         elif settings.stored() != session.settings:
             session = await store.set_settings(session.id, settings.stored(), settings.model)
+        # One driver per session: a `serve` or another `run`/`chat` driving it is refused here.
+        await stack.enter_async_context(hold_lease(store, session.id, this_process()))
 
         def resolve(name: str) -> ModelClient:
             if name not in clients:

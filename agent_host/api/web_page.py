@@ -1,7 +1,8 @@
 """The host's web page: one plain HTML page with its two scripts and style sheet, no build step.
 
 Served under `/ui/`: `/ui/sessions/{id}` is the page of one session (the live transcript,
-approval cards, questions, the plan, steer and cancel). The files hold no data; the script reads
+approval cards, questions, the plan, steer and cancel, and under `dex-agent serve` a message box
+and the queue of messages waiting for the turn); `/ui/` lists the sessions and starts a new one. The files hold no data; the script reads
 the session through the authenticated API (the approver token is typed into the page, or given
 in the URL fragment `#token=...`, which never reaches the server or its logs) and renders every
 value with `textContent`, never as HTML. A strict Content-Security-Policy allows nothing but the
@@ -57,6 +58,7 @@ def page_routes() -> list[Route]:
 
     return [
         Route("/ui/sessions/{session_id}", page, methods=["GET"]),
+        Route("/ui/", page, methods=["GET"]),  # the session list (the same page, no session)
         Route("/ui/{name:str}.js", script, methods=["GET"]),
         Route("/ui/app.css", style, methods=["GET"]),
         Route("/favicon.ico", no_icon, methods=["GET"]),

@@ -19,12 +19,12 @@ from ..domain.credentials import agent_token, approver_token
 from ..domain.records import SessionRecord, ToolCallRecord, TurnRecord
 from ..domain.safe_text import terminal_text
 from ..gateway_client.connection import describe
-from ..store.session_store import SessionStore, store_path
+from ..store.session_store import SessionStore, store_target
 
 
 def sessions_list(args: argparse.Namespace) -> int:
     async def go() -> int:
-        async with SessionStore(store_path(args.store)) as store:
+        async with SessionStore(store_target(args.store)) as store:
             for session, turns, last in await store.list_sessions():
                 created = datetime.fromtimestamp(session.created_at).isoformat(timespec="seconds")
                 print(f"{session.id}  {created}  turns={turns}  last={last or '-'}  model={session.model}  gateway={session.gateway}")
@@ -35,7 +35,7 @@ def sessions_list(args: argparse.Namespace) -> int:
 
 def sessions_show(args: argparse.Namespace) -> int:
     async def go() -> int:
-        async with SessionStore(store_path(args.store)) as store:
+        async with SessionStore(store_target(args.store)) as store:
             session = await store.get_session(args.session_id)
             if session is None:
                 raise ValueError(f"no session {args.session_id}")
@@ -78,7 +78,7 @@ def approvals_serve(args: argparse.Namespace) -> int:
     sock = bind_loopback(args.port)
 
     async def go() -> int:
-        async with SessionStore(store_path(args.store)) as store:
+        async with SessionStore(store_target(args.store)) as store:
             server = ApprovalsServer(host_app(store, approvers, agents, guard=guard), sock)
             print(f"approvals API on {server.url}", file=sys.stderr, flush=True)
             print(f"web page on {server.base_url}/ui/sessions/<session id>", file=sys.stderr, flush=True)

@@ -145,3 +145,11 @@ def compaction(turn_id: str, replaced_messages: int, tool_call_ids: list[str], s
         "turn_id": turn_id, "replaced_messages": replaced_messages,
         "tool_results_by_reference": [name(i) for i in tool_call_ids], "summary_chars": summary_chars,
     }
+
+
+QUEUE = "queue"
+
+
+def queued(message_id: str, text_: str | None, status: str) -> dict[str, Any]:
+    """A message sent while a turn ran: `queued`, `started` (it began a turn) or `withdrawn`."""
+    return {"message_id": message_id, "text": text(text_), "status": status}

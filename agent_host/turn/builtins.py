@@ -16,6 +16,7 @@ import anyio
 from ..approvals.decisions import first_decision
 from ..domain import texts
 from ..domain.cards import approval_id
+from ..domain.parking import TurnParked
 from ..domain.records import CallStatus, PlanStatus, QuestionRecord, QuestionStatus, ToolCallRecord, TurnMode
 from ..models.base import ToolSpec
 from ..store.session_store import SessionStore
@@ -102,6 +103,7 @@ class Builtins:
         clock: Callable[[], float] = time.time,
         poll_seconds: float = 0.1,
         api_answers: bool = False,
+        park: bool = False,
     ) -> None:
         self._store = store
         self._questioner = questioner
@@ -111,6 +113,8 @@ class Builtins:
         # True when the HTTP API serves this store's questions: then nobody at the terminal is not
         # a decline, and the question waits for the API or its deadline.
         self._api_answers = api_answers
+        # True in `dex-agent serve`: questions and durable waits park the turn (`domain/parking.py`).
+        self._park = park
 
     async def run(self, record: ToolCallRecord) -> tuple[CallStatus, str]:
         if record.name == ASK_USER:
@@ -139,6 +143,10 @@ class Builtins:
             status=QuestionStatus.PENDING, created_at=now,
             deadline=None if self._question_timeout is None else now + self._question_timeout,
         ))
+        if self._park and question.status is QuestionStatus.PENDING and (
+            question.deadline is None or self._clock() < question.deadline
+        ):
+            raise TurnParked("an answer", question.deadline)
         questioner = self._questioner
 
         async def prompt() -> None:
@@ -170,6 +178,8 @@ class Builtins:
             until = self._clock() + duration
             record = await self._store.update_tool_call(record, status=CallStatus.WAITING, wait_until=until)
         remaining = until - self._clock()
+        if remaining > 0 and self._park:
+            raise TurnParked("the end of a durable wait", until)
         if remaining > 0:
             await anyio.sleep(remaining)
         return CallStatus.SUCCEEDED, texts.wait_completed(duration, str(record.arguments.get("reason", "")))

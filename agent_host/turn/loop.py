@@ -273,7 +273,7 @@ class TurnLoop:
         model = self._model_for(settings)
         session = await self._store.get_session(turn.session_id)
         assert session is not None
-        wanted = Request(turn, plan_note(session, turn.mode), self._config.instructions, specs, settings.temperature, settings.max_tokens)
+        wanted = Request(turn, plan_note(session, turn.mode), settings.instructions or self._config.instructions, specs, settings.temperature, settings.max_tokens)
         try:
             request = await self._compactor.request(wanted, settings, model, control)
             if request is not None and self._images is not None:

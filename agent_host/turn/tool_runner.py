@@ -9,12 +9,16 @@ its request may have left) is never in a cancellable scope and runs to its recor
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from functools import partial
+
 import anyio
 
 from gateway.conventions.keys import Effect
 
 from ..approvals.gate import ApprovalGate
 from ..domain import texts
+from ..domain.parking import TurnParked
 from ..domain.records import ApprovalStatus, CallStatus, CancelReason, ToolCallRecord
 from ..gateway_client.tools import CallRequest, CallResult, PriorAttempts
 from ..store.session_store import SessionStore
@@ -44,11 +48,22 @@ class ToolRunner:
     async def run(self, calls: list[ToolCallRecord], control: TurnControl) -> None:
         """Reads (and built-ins) in parallel; writes one at a time in the model's order."""
         writes = sorted((c for c in calls if c.is_write), key=lambda c: c.position)
+        parked: list[TurnParked] = []
+
+        async def parkable(step: Callable[[], Awaitable[object]]) -> None:
+            # A parked wait stops its own step only; the others (a started write) run to their end.
+            try:
+                await step()
+            except TurnParked as exc:
+                parked.append(exc)
+
         async with anyio.create_task_group() as tg:
             for call in calls:
                 if not call.is_write and not call.status.final:
-                    tg.start_soon(self._run_call, call, control)
-            tg.start_soon(self._run_writes, writes, control)
+                    tg.start_soon(parkable, partial(self._run_call, call, control))
+            tg.start_soon(parkable, partial(self._run_writes, writes, control))
+        if parked:
+            raise parked[0]
 
     async def _run_writes(self, writes: list[ToolCallRecord], control: TurnControl) -> None:
         blocker: ToolCallRecord | None = None

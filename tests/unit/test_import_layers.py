@@ -54,6 +54,7 @@ LAYERS: dict[str, list[str]] = {
         "terminal",        # the console
         "api",             # the host's HTTP API and web page
         "host",            # the composition root (host.py)
+        "service",         # dex-agent serve: the driver that runs every session's turns
         "cli",             # dex-agent's commands
     ],
 }

@@ -7,7 +7,8 @@
 "use strict";
 
 (function () {
-  const sessionId = decodeURIComponent(location.pathname.split("/").pop() || "");
+  // /ui/sessions/{id}: one session; /ui/: the session list.
+  const sessionId = location.pathname.startsWith("/ui/sessions/") ? decodeURIComponent(location.pathname.split("/").pop() || "") : "";
   const base = "/sessions/" + encodeURIComponent(sessionId);
   const state = {
     token: "",
@@ -343,6 +344,7 @@
     turn_started: onTurnStarted, turn_finished: onTurnFinished, message: onMessage, delta: onDelta,
     tool_call: onToolCall, approval: onApproval, question: onQuestion, plan: onPlan, usage: onUsage,
     control: onControl,
+    queue: () => refreshQueue(),
     compaction: (d) => entry("meta", "", "earlier messages were summarised (" + d.replaced_messages + " replaced)"),
   };
 
@@ -363,6 +365,64 @@
     });
   }
 
+  // Chat (dex-agent serve): the message box, the queue, the session list -----------------------
+
+  async function refreshQueue() {
+    const result = await api("GET", base + "/messages?limit=1");
+    if (!result.ok) return;
+    const list = $("queue");
+    list.replaceChildren();
+    for (const queued of result.data.queued || []) {
+      const item = el("li", "queued");
+      item.appendChild(el("span", "", queued.text));
+      item.appendChild(button("Withdraw", "", async () => {
+        const withdrawn = await api("DELETE", base + "/messages/" + encodeURIComponent(queued.id));
+        if (withdrawn.status !== 204) showError(withdrawn.data.error || "the message could not be withdrawn");
+        refreshQueue();
+      }));
+      list.appendChild(item);
+    }
+    $("queue-empty").hidden = list.children.length > 0;
+  }
+
+  async function sendMessage(event) {
+    event.preventDefault();
+    const text = $("message-text").value.trim();
+    if (!text) return;
+    const result = await api("POST", base + "/messages", { text, plan: $("message-plan").checked });
+    if (!result.ok) return showError(result.data.error || "the message was refused");
+    showError("");
+    $("message-text").value = "";
+    $("message-plan").checked = false;
+    refreshQueue();
+  }
+
+  async function showSessions() {
+    const result = await api("GET", "/sessions");
+    if (!result.ok) {
+      if (result.status !== 401 && result.status !== 403) setStatus("Cannot list the sessions: " + (result.data.error || result.status));
+      return false;
+    }
+    const list = $("sessions");
+    list.replaceChildren();
+    for (const session of result.data.sessions) {
+      const item = el("li");
+      const link = el("a", "mono", session.session_id);
+      link.href = "/ui/sessions/" + encodeURIComponent(session.session_id);
+      item.appendChild(link);
+      item.appendChild(el("span", "meta", " " + session.turns + " turns" + (session.last_status ? ", last " + session.last_status : "") +
+        (session.queued ? ", " + session.queued + " queued" : "")));
+      list.appendChild(item);
+    }
+    return true;
+  }
+
+  async function newSession() {
+    const result = await api("POST", "/sessions", {});
+    if (!result.ok) return setStatus("Cannot start a session: " + (result.data.error || result.status));
+    location.assign("/ui/sessions/" + encodeURIComponent(result.data.session_id));
+  }
+
   // Start --------------------------------------------------------------------------------------
 
   function logout(message) {
@@ -375,6 +435,14 @@
 
   async function connect(token) {
     state.token = token;
+    if (!sessionId) {
+      if (!(await showSessions())) return;
+      sessionStorage.setItem("dex-approver-token", token);
+      $("login").hidden = true;
+      $("sessions-panel").hidden = false;
+      setStatus("Connected.");
+      return;
+    }
     const snapshot = await api("GET", base);
     if (!snapshot.ok) {
       if (snapshot.status !== 401 && snapshot.status !== 403) setStatus("Cannot open the session: " + (snapshot.data.error || snapshot.status));
@@ -387,6 +455,9 @@
     $("app").hidden = false;
     refreshControls();
     stream();
+    const chat = await api("GET", base + "/messages?limit=1");
+    $("chat-panel").hidden = !chat.ok; // only dex-agent serve takes messages
+    if (chat.ok) refreshQueue();
   }
 
   document.addEventListener("DOMContentLoaded", () => {
@@ -413,6 +484,11 @@
       showError("");
     });
     $("plan-execute").addEventListener("click", executePlan);
+    $("message-form").addEventListener("submit", sendMessage);
+    $("message-text").addEventListener("keydown", (event) => {
+      if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) $("message-form").requestSubmit();
+    });
+    $("new-session").addEventListener("click", newSession);
     setInterval(tick, 1000);
     // A token in the fragment (#token=...) never reaches the server; it is taken and removed.
     const fragment = new URLSearchParams(location.hash.slice(1));
