@@ -128,10 +128,11 @@ async def open_host(args: argparse.Namespace, console: Console, setting_changes:
         mode: ApprovalMode = "auto" if args.yes else args.approve
         console.others_can_answer = api is not None
         gate = ApprovalGate(store, mode, prompter=console, timeout_seconds=args.approval_timeout, on_card=console.approval_card)
-        builtins = Builtins(store, ConsoleQuestioner(console), question_timeout=args.approval_timeout, api_answers=api is not None)
         library = image_library(store_path(args.store), args.gateway, credential)
         tools = GatewayToolSource(args.gateway, token=credential, call_timeout=args.call_timeout, images=library,
                                   tasks=HostTasks(store_path(args.store)))
+        builtins = Builtins(store, ConsoleQuestioner(console), question_timeout=args.approval_timeout, api_answers=api is not None,
+                            resources=tools.resources)
         config = AgentConfig(max_model_calls=args.max_model_calls, **({"instructions": args.instructions} if args.instructions else {}))
         loop = TurnLoop(store, model, tools, gate, builtins, config, console, models=resolve, continuation=hook, images=library)
         async with anyio.create_task_group() as tg:

@@ -17,6 +17,22 @@ def as_json(value: Any) -> str:
     return json.dumps(value, separators=_SEPARATORS, ensure_ascii=False)
 
 
+def _whole(value: Any) -> Any:
+    """Whole floats as integers (a `priority` of 1.0 is written 1), recursively."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _whole(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_whole(v) for v in value]
+    return value
+
+
+def sorted_json(value: Any) -> str:
+    """A server's items as the mcp_* tools answer them: keys sorted, Python's separators."""
+    return json.dumps(_whole(value), sort_keys=True, separators=_SEPARATORS, ensure_ascii=False)
+
+
 OUTCOME_UNKNOWN = (
     "The outcome of this call is unknown: the request was sent, but no answer came back, so "
     "the write may have taken effect. Do not repeat this call unless the user asks you to; "

@@ -33,6 +33,7 @@ from .cancel_guard import TransportCancelled, outside_transport_cancels
 from .credential import Credential
 from .connection import GatewayConnection, GatewayRefused, GatewayUnavailable, describe
 from .images import ImageLibrary, ImageReference, block_text, references_in
+from .resources import GatewayResources
 from .reissue import PriorAttempts, give_up, plan_attempts, resolve
 from .tasks import HostTasks, TaskCaller
 
@@ -154,6 +155,8 @@ class GatewayToolSource:
     ) -> None:
         self.url = url
         self._connection = GatewayConnection(url, token, connect_timeout, call_timeout, connect_attempts)
+        # The gateway's resources and prompts, for the model's mcp_* tools.
+        self.resources = GatewayResources(self._connection)
         # Tools that need a task are called as one; their task ids are kept in `tasks` (agent_host/gateway_client/tasks.py).
         self.task_caller = TaskCaller(self._connection, tasks) if tasks is not None else None
         self._task_tools: set[str] = set()

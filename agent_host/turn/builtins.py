@@ -1,4 +1,5 @@
-"""Built-in tools the host handles itself: ask_user, durable_wait, write_todos.
+"""Built-in tools the host handles itself: ask_user, durable_wait, write_todos, and (when the host
+has a resource reader) mcp_list_resources_and_prompts, mcp_read_resource, mcp_get_prompt.
 
 They run with a fixed policy (read, no approval). durable_wait stores its end time before it
 sleeps, so a restarted host waits only the remaining time. A write_todos of a planning turn writes
@@ -17,12 +18,17 @@ from ..approvals.decisions import first_decision
 from ..domain import texts
 from ..domain.cards import approval_id
 from ..domain.records import CallStatus, PlanStatus, QuestionRecord, QuestionStatus, ToolCallRecord, TurnMode
+from ..gateway_client.resources import GatewayResources, ResourceError
 from ..models.base import ToolSpec
 from ..store.session_store import SessionStore
 
 ASK_USER = "ask_user"
 DURABLE_WAIT = "durable_wait"
 WRITE_TODOS = "write_todos"
+MCP_LIST_RESOURCES_AND_PROMPTS = "mcp_list_resources_and_prompts"
+MCP_READ_RESOURCE = "mcp_read_resource"
+MCP_GET_PROMPT = "mcp_get_prompt"
+RESOURCE_TOOLS = (MCP_LIST_RESOURCES_AND_PROMPTS, MCP_READ_RESOURCE, MCP_GET_PROMPT)
 MAX_DURABLE_WAIT_SECONDS = 365 * 24 * 3600
 
 DEFINITIONS: dict[str, ToolSpec] = {
@@ -79,6 +85,35 @@ DEFINITIONS: dict[str, ToolSpec] = {
 }
 
 
+
+
+def resource_tool_specs(servers: list[str]) -> dict[str, ToolSpec]:
+    """The three resource and prompt tools; `server` is an enum of the host's MCP servers."""
+    server = {"type": "string", "enum": list(servers), "description": "The MCP server to ask."}
+    return {
+        MCP_LIST_RESOURCES_AND_PROMPTS: ToolSpec(
+            name=MCP_LIST_RESOURCES_AND_PROMPTS,
+            description="List the resources, resource templates and prompts an MCP server offers.",
+            input_schema={"type": "object", "properties": {"server": server}, "required": ["server"],
+                          "additionalProperties": False},
+        ),
+        MCP_READ_RESOURCE: ToolSpec(
+            name=MCP_READ_RESOURCE,
+            description="Read a resource of an MCP server by its URI.",
+            input_schema={"type": "object", "properties": {"server": server, "uri": {"type": "string", "minLength": 1}},
+                          "required": ["server", "uri"], "additionalProperties": False},
+        ),
+        MCP_GET_PROMPT: ToolSpec(
+            name=MCP_GET_PROMPT,
+            description="Get a prompt of an MCP server by its name, with its arguments (strings by name).",
+            input_schema={"type": "object", "properties": {
+                "server": server, "name": {"type": "string", "minLength": 1},
+                "arguments": {"type": "object", "additionalProperties": {"type": "string"}},
+            }, "required": ["server", "name"], "additionalProperties": False},
+        ),
+    }
+
+
 class Questioner(Protocol):
     async def ask(self, question: str, choices: list[str] | None, allows_free_text: bool) -> str | None:
         """The user's answer, or None when they decline."""
@@ -102,6 +137,7 @@ class Builtins:
         clock: Callable[[], float] = time.time,
         poll_seconds: float = 0.1,
         api_answers: bool = False,
+        resources: GatewayResources | None = None,
     ) -> None:
         self._store = store
         self._questioner = questioner
@@ -111,6 +147,15 @@ class Builtins:
         # True when the HTTP API serves this store's questions: then nobody at the terminal is not
         # a decline, and the question waits for the API or its deadline.
         self._api_answers = api_answers
+        # The MCP servers' resources and prompts (None: the mcp_* tools are not offered).
+        self._resources = resources
+        self._resource_specs = resource_tool_specs(resources.server_names) if resources is not None else {}
+
+    def spec(self, name: str) -> ToolSpec | None:
+        """The definition of a built-in tool this host offers (None: not offered)."""
+        if name in RESOURCE_TOOLS:
+            return self._resource_specs.get(name)
+        return DEFINITIONS.get(name)
 
     async def run(self, record: ToolCallRecord) -> tuple[CallStatus, str]:
         if record.name == ASK_USER:
@@ -119,6 +164,8 @@ class Builtins:
             return await self._durable_wait(record)
         if record.name == WRITE_TODOS:
             return await self._write_todos(record)
+        if record.name in RESOURCE_TOOLS and self._resources is not None:
+            return await self._resource_tool(self._resources, record)
         return CallStatus.FAILED, texts.unknown_tool(record.name)
 
     async def _ask_user(self, record: ToolCallRecord) -> tuple[CallStatus, str]:
@@ -162,6 +209,21 @@ class Builtins:
         if decided.status is QuestionStatus.EXPIRED:
             return CallStatus.FAILED, texts.QUESTION_DEADLINE_PASSED
         return CallStatus.SUCCEEDED, texts.QUESTION_DECLINED
+
+    async def _resource_tool(self, resources: GatewayResources, record: ToolCallRecord) -> tuple[CallStatus, str]:
+        args = record.arguments
+        server = str(args["server"])
+        try:
+            if record.name == MCP_LIST_RESOURCES_AND_PROMPTS:
+                value = await resources.list_all(server)
+            elif record.name == MCP_READ_RESOURCE:
+                value = await resources.read(server, str(args["uri"]))
+            else:
+                arguments = {str(k): str(v) for k, v in (args.get("arguments") or {}).items()}
+                value = await resources.get_prompt(server, str(args["name"]), arguments)
+        except ResourceError as exc:
+            return CallStatus.FAILED, texts.failed(str(exc))
+        return CallStatus.SUCCEEDED, texts.sorted_json(value)
 
     async def _durable_wait(self, record: ToolCallRecord) -> tuple[CallStatus, str]:
         duration = int(record.arguments["duration_seconds"])

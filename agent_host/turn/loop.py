@@ -32,7 +32,7 @@ from ..gateway_client.tools import GatewayTool, GatewayUnavailable
 from ..models.base import Message, ModelClient, ModelError, ModelRequest, ModelResponse, ToolCall, ToolSpec
 from ..store.session_store import SessionStore
 from .builtins import DEFINITIONS as BUILTIN_DEFINITIONS
-from .builtins import WRITE_TODOS, Builtins
+from .builtins import RESOURCE_TOOLS, WRITE_TODOS, Builtins
 from .compaction import Compactor, Request
 from .continuation import MAX_CONSECUTIVE_CONTINUATIONS, ContinuationContext, ContinuationError, ContinueTurn, Hook, decide
 from .continuation import load_hook, results_of
@@ -57,7 +57,8 @@ __all__ = ["AgentConfig", "LoopEvents", "ToolSource", "TurnLoop", "idempotency_k
 class AgentConfig(BaseModel):
     instructions: str = DEFAULT_INSTRUCTIONS
     max_model_calls: int = Field(default=100, ge=1)
-    builtin_tools: list[str] = Field(default_factory=lambda: list(BUILTIN_DEFINITIONS))
+    # The mcp_* resource and prompt tools are offered only when the host has a resource reader.
+    builtin_tools: list[str] = Field(default_factory=lambda: [*BUILTIN_DEFINITIONS, *RESOURCE_TOOLS])
     # `module:function`, called at the end of each iteration (`continuation.py`).
     continuation_hook: str | None = None
     control_poll_seconds: float = POLL_SECONDS
@@ -108,6 +109,7 @@ class TurnLoop:
         self._tools = tools
         self._config = config or AgentConfig()
         self._events = events or LoopEvents()
+        self._builtins = builtins
         self._runner = ToolRunner(store, tools, approvals, builtins, self._events)
         self._compactor = Compactor(store, self._events)
         hook_spec = self._config.continuation_hook
@@ -237,7 +239,7 @@ class TurnLoop:
         if mode is TurnMode.PLANNING:
             return [BUILTIN_DEFINITIONS[WRITE_TODOS]], {}
         listed = await self._tools.list_tools()
-        builtins = [BUILTIN_DEFINITIONS[name] for name in self._config.builtin_tools]
+        builtins = [spec for name in self._config.builtin_tools if (spec := self._builtins.spec(name)) is not None]
         reserved = {b.name for b in builtins}
         gateway: dict[str, GatewayTool] = {}
         for tool in listed:
@@ -340,8 +342,9 @@ class TurnLoop:
         status, text = CallStatus.PENDING, None
         kind, effect, approval = "unknown", "unclassified", False
         schema: dict[str, Any] | None = None
-        if call.name in self._config.builtin_tools:
-            kind, effect, schema = "builtin", "read", BUILTIN_DEFINITIONS[call.name].input_schema
+        builtin = self._builtins.spec(call.name) if call.name in self._config.builtin_tools else None
+        if builtin is not None:
+            kind, effect, schema = "builtin", "read", builtin.input_schema
         elif call.name in gateway:
             tool = gateway[call.name]
             kind, effect, approval, schema = "gateway", tool.effect.value, tool.requires_approval, tool.input_schema
