@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from ..api.guard import add_api_guard_args
 from ..approvals.gate import DEFAULT_APPROVAL_TIMEOUT_SECONDS
+from ..domain.cards import parse_deadline
 from ..domain.credentials import RemovedFlag, add_approver_token_args, add_issuer_args, add_token_args
 from ..gateway_client.connection import describe
 from . import admin as cli_admin
@@ -147,6 +148,13 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _deadline(value: str) -> float | None:
+    try:
+        return parse_deadline(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _store_arg(parser: argparse.ArgumentParser, default: object = argparse.SUPPRESS) -> None:
     # Accepted before or after the command; SUPPRESS keeps a value given before it.
     parser.add_argument("--store", default=default, help="session store (SQLite file; default $DEX_AGENT_STORE or var/dex-agent.db)")
@@ -165,8 +173,8 @@ def _agent_args(parser: argparse.ArgumentParser, demo: bool = False) -> None:
     parser.add_argument("--approve", choices=("prompt", "auto", "api"), default="auto" if demo else "prompt",
                         help="who decides approvals: the terminal, nobody (auto-allow), or only the HTTP API")
     parser.add_argument("--yes", "-y", action="store_true", help="same as --approve auto")
-    parser.add_argument("--approval-timeout", type=float, default=DEFAULT_APPROVAL_TIMEOUT_SECONDS,
-                        help="seconds before a pending approval or question is rejected")
+    parser.add_argument("--approval-timeout", type=_deadline, default=DEFAULT_APPROVAL_TIMEOUT_SECONDS, metavar="SECONDS|none",
+                        help="seconds before a pending approval or question is rejected (default none: no deadline)")
     parser.add_argument("--approvals-port", type=int,
                         help="also serve the host API (approvals, questions, steer, cancel, the live stream) and the web page on 127.0.0.1:PORT")
     add_approver_token_args(parser)
