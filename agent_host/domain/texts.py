@@ -49,6 +49,7 @@ APPROVAL_DENIED = "The tool call was not run: the user denied approval."
 APPROVAL_DEADLINE_PASSED = "approval deadline passed"
 QUESTION_DECLINED = "The user declined to answer."
 QUESTION_DEADLINE_PASSED = "question deadline passed"
+FORM_WITHOUT_MESSAGE = "A tool asks you to fill in a form."
 
 
 def outcome_unknown(detail: str | None = None) -> str:

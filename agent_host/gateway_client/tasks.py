@@ -30,7 +30,7 @@ from gateway.conventions.keys import IDEMPOTENCY_KEY
 from gateway.conventions.outcomes import AttemptEvent, Interrupted, NotSent, Replied, RpcError
 from gateway.internals import client_raw_request
 
-from .connection import GatewayConnection, GatewayUnavailable, describe
+from .connection import FormAsker, GatewayConnection, GatewayUnavailable, describe
 
 __all__ = ["HostTasks", "TaskCaller"]
 
@@ -93,7 +93,8 @@ class TaskCaller:
         return await self._tasks.task_of(key) is not None
 
     async def call(self, name: str, arguments: dict[str, Any], key: str,
-                   on_progress: OnProgress | None = None, on_sent: Callable[[], Any] | None = None) -> AttemptEvent:
+                   on_progress: OnProgress | None = None, on_sent: Callable[[], Any] | None = None,
+                   ask_form: FormAsker | None = None) -> AttemptEvent:
         """The call's end as an attempt event (the re-issue rules read it like a plain call's)."""
         known = await self._tasks.task_of(key)
         if known is not None:
@@ -118,17 +119,18 @@ class TaskCaller:
             task_id = str(task["taskId"])
             await self._tasks.record(key, task_id, name, str(task.get("status")))
         try:
-            return await self._poll(name, key, task_id, on_progress)
+            return await self._poll(name, key, task_id, on_progress, ask_form)
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True), anyio.move_on_after(10):
                 await self.cancel(key)
             raise
 
-    async def _poll(self, name: str, key: str, task_id: str, on_progress: OnProgress | None) -> AttemptEvent:
+    async def _poll(self, name: str, key: str, task_id: str, on_progress: OnProgress | None,
+                    ask_form: FormAsker | None = None) -> AttemptEvent:
         failures, seen, step = 0, None, 0
         while True:
             try:
-                async with self._connection.session() as client:
+                async with self._connection.session(ask_form) as client:
                     while True:
                         task = await _raw(client, "tasks/get", {"taskId": task_id})
                         failures = 0
@@ -138,7 +140,9 @@ class TaskCaller:
                             await self._tasks.record(key, task_id, name, status)
                             if on_progress is not None and isinstance(message, str):
                                 await on_progress(step, None, message)
-                        if status in _TERMINAL:
+                        if status in _TERMINAL or (status == "input_required" and ask_form is not None):
+                            # A 2025-11-25 task asks its questions on tasks/result (elicitation on
+                            # this session), which then waits for the task's end.
                             return await self._end(client, task_id)
                         interval = (task.get("pollInterval") or 1000) / 1000
                         await anyio.sleep(min(max(interval, _MIN_POLL), _MAX_POLL))

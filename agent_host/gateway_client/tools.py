@@ -31,7 +31,7 @@ from ..domain import texts
 from ..domain.records import CallStatus
 from .cancel_guard import TransportCancelled, outside_transport_cancels
 from .credential import Credential
-from .connection import GatewayConnection, GatewayRefused, GatewayUnavailable, describe
+from .connection import FormAsker, GatewayConnection, GatewayRefused, GatewayUnavailable, describe
 from .images import ImageLibrary, ImageReference, block_text, references_in
 from .resources import GatewayResources
 from .reissue import PriorAttempts, give_up, plan_attempts, resolve
@@ -71,6 +71,7 @@ class CallRequest:
     key: str
     effect: Effect
     prior: PriorAttempts = PriorAttempts()
+    ask_form: FormAsker | None = None  # an upstream's form questions during the call go to the user
 
 
 class CallResult(BaseModel):
@@ -222,7 +223,7 @@ class GatewayToolSource:
                 await on_attempt(attempt)
 
         async def run() -> AttemptEvent:
-            return await caller.call(request.name, request.arguments, request.key, on_progress, sent)
+            return await caller.call(request.name, request.arguments, request.key, on_progress, sent, request.ask_form)
 
         try:
             event = await outside_transport_cancels(run)
@@ -241,7 +242,7 @@ class GatewayToolSource:
         exchange = _Exchange()
 
         async def run() -> AttemptEvent:
-            async with self._connection.session() as client:
+            async with self._connection.session(request.ask_form) as client:
                 if on_attempt is not None:
                     await on_attempt(attempt)  # counted (committed) before the request leaves
                 exchange.sent = True

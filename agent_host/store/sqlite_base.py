@@ -75,6 +75,7 @@ _ADDED_COLUMNS: dict[str, list[tuple[str, str]]] = {
         ("continuations", "INTEGER NOT NULL DEFAULT 0"),
     ],
     "tool_calls": [("cancel_reason", "TEXT"), ("images", "TEXT")],
+    "questions": [("kind", "TEXT NOT NULL DEFAULT 'ask_user'"), ("form", "TEXT")],
 }
 
 

@@ -120,11 +120,12 @@ class SqliteControls(SqliteBase):
         with self._tx() as db:
             cursor = db.execute(
                 "INSERT OR IGNORE INTO questions (id, session_id, turn_id, tool_call_id, question, choices, allows_free_text,"
-                " status, created_at, deadline) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " status, created_at, deadline, kind, form) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     record.id, record.session_id, record.turn_id, record.tool_call_id, record.question,
                     json.dumps(record.choices) if record.choices is not None else None, int(record.allows_free_text),
-                    record.status.value, record.created_at, record.deadline,
+                    record.status.value, record.created_at, record.deadline, record.kind.value,
+                    json.dumps(record.form) if record.form is not None else None,
                 ),
             )
             if cursor.rowcount:
@@ -145,6 +146,7 @@ class SqliteControls(SqliteBase):
         data = dict(row)
         data["choices"] = json.loads(data["choices"]) if data["choices"] else None
         data["allows_free_text"] = bool(data["allows_free_text"])
+        data["form"] = json.loads(data["form"]) if data.get("form") else None
         return QuestionRecord.model_validate(data)
 
     def pending_questions(self, session_id: str | None = None) -> list[QuestionRecord]:

@@ -8,6 +8,8 @@ a draft plan, which waits for the user's approval before an executing turn runs 
 
 from __future__ import annotations
 
+import json
+import logging
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -17,10 +19,14 @@ import anyio
 from ..approvals.decisions import first_decision
 from ..domain import texts
 from ..domain.cards import approval_id
-from ..domain.records import CallStatus, PlanStatus, QuestionRecord, QuestionStatus, ToolCallRecord, TurnMode
+from ..domain.forms import FormError, FormField, check_form, form_fields
+from ..domain.records import CallStatus, PlanStatus, QuestionKind, QuestionRecord, QuestionStatus, ToolCallRecord, TurnMode
+from ..gateway_client.connection import FormAsker
 from ..gateway_client.resources import GatewayResources, ResourceError
 from ..models.base import ToolSpec
 from ..store.session_store import SessionStore
+
+log = logging.getLogger(__name__)
 
 ASK_USER = "ask_user"
 DURABLE_WAIT = "durable_wait"
@@ -119,6 +125,10 @@ class Questioner(Protocol):
         """The user's answer, or None when they decline."""
         ...
 
+    async def ask_form(self, question: str, fields: list[FormField]) -> dict[str, Any] | None:
+        """The user's values of a form's fields, or None when they decline."""
+        ...
+
 
 def question_id(session_id: str, tool_call_id: str) -> str:
     """Deterministic, like approval ids: the same call asked again after a restart keeps its id."""
@@ -179,17 +189,64 @@ class Builtins:
         if self._questioner is None and not self._api_answers:
             return CallStatus.SUCCEEDED, texts.QUESTION_DECLINED
         await self._store.update_tool_call(record, status=CallStatus.AWAITING_ANSWER)
+        decided = await self.ask(record, question_id(record.session_id, record.id), text, choices, free)
+        if decided.status is QuestionStatus.ANSWERED and decided.answer:
+            return CallStatus.SUCCEEDED, texts.question_answered(decided.answer)
+        if decided.status is QuestionStatus.EXPIRED:
+            return CallStatus.FAILED, texts.QUESTION_DEADLINE_PASSED
+        return CallStatus.SUCCEEDED, texts.QUESTION_DECLINED
+
+    def form_asker(self, record: ToolCallRecord) -> FormAsker:
+        """Asks the user an upstream's form questions during this call: each becomes a session
+        question (`<call id>-input-<n>`, so a call sent again after a restart finds its answers),
+        answered with the form's fields, declined, or past its deadline (`cancel`)."""
+        asked = 0
+
+        async def ask(message: str, schema: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
+            nonlocal asked
+            asked += 1
+            try:
+                form_fields(schema)
+            except FormError as exc:
+                log.warning("%s asked a form the host cannot show (%s): declined", record.name, exc)
+                return "decline", None
+            if self._questioner is None and not self._api_answers:
+                return "decline", None
+            ident = question_id(record.session_id, f"{record.id}-input-{asked}")
+            text = message.strip() or texts.FORM_WITHOUT_MESSAGE
+            decided = await self.ask(record, ident, text, None, True, QuestionKind.ELICITATION, schema)
+            if decided.status is QuestionStatus.ANSWERED and decided.answer:
+                return "accept", json.loads(decided.answer)
+            if decided.status is QuestionStatus.DECLINED:
+                return "decline", None
+            return "cancel", None  # past its deadline, or the turn was steered or cancelled
+
+        return ask
+
+    async def ask(
+        self, record: ToolCallRecord, ident: str, text: str, choices: list[str] | None, free: bool,
+        kind: QuestionKind = QuestionKind.ASK_USER, form: dict[str, Any] | None = None,
+    ) -> QuestionRecord:
+        """Store the question (idempotent by id) and wait for its first decision: an answer (the
+        terminal, the API, the page), a decline, or the deadline."""
         now = self._clock()
         question = await self._store.create_question(QuestionRecord(
-            id=question_id(record.session_id, record.id), session_id=record.session_id, turn_id=record.turn_id,
+            id=ident, session_id=record.session_id, turn_id=record.turn_id,
             tool_call_id=record.id, question=text, choices=choices, allows_free_text=free,
-            status=QuestionStatus.PENDING, created_at=now,
+            status=QuestionStatus.PENDING, created_at=now, kind=kind, form=form,
             deadline=None if self._question_timeout is None else now + self._question_timeout,
         ))
         questioner = self._questioner
 
         async def prompt() -> None:
             assert questioner is not None
+            if form is not None:
+                content = await questioner.ask_form(text, form_fields(form))
+                if content is not None and check_form(form, content) is None:
+                    await self._store.answer_question(question.id, QuestionStatus.ANSWERED, texts.as_json(content), "cli", self._clock())
+                else:
+                    await self._store.answer_question(question.id, QuestionStatus.DECLINED, None, "cli", self._clock())
+                return
             answer = await questioner.ask(text, choices, free)
             status = QuestionStatus.ANSWERED if answer and answer.strip() else QuestionStatus.DECLINED
             await self._store.answer_question(question.id, status, answer.strip() if answer else None, "cli", self._clock())
@@ -203,12 +260,7 @@ class Builtins:
             assert result is not None
             return result[0]
 
-        decided = await first_decision(read, expire, question.deadline, self._clock, self._poll, prompt if questioner else None)
-        if decided.status is QuestionStatus.ANSWERED and decided.answer:
-            return CallStatus.SUCCEEDED, texts.question_answered(decided.answer)
-        if decided.status is QuestionStatus.EXPIRED:
-            return CallStatus.FAILED, texts.QUESTION_DEADLINE_PASSED
-        return CallStatus.SUCCEEDED, texts.QUESTION_DECLINED
+        return await first_decision(read, expire, question.deadline, self._clock, self._poll, prompt if questioner else None)
 
     async def _resource_tool(self, resources: GatewayResources, record: ToolCallRecord) -> tuple[CallStatus, str]:
         args = record.arguments

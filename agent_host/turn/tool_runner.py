@@ -149,5 +149,6 @@ class ToolRunner:
         async def on_progress(progress: float, total: float | None, message: str | None) -> None:
             await self._events.tool_progress(record, progress, total, message)
 
-        request = CallRequest(record.name, record.arguments, record.idempotency_key, Effect(record.effect), prior)
+        request = CallRequest(record.name, record.arguments, record.idempotency_key, Effect(record.effect), prior,
+                              ask_form=self._builtins.form_asker(record))
         return await self._tools.call(request, on_attempt, on_progress)

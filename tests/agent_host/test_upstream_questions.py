@@ -1,0 +1,104 @@
+"""Questions from upstreams reach the user: server-everything's elicitation tool, through a stateful
+gateway session, becomes a session question (a form) that the HTTP API answers; the answer is
+checked against the requested schema, and the upstream gets it (real gateway, real server-everything,
+`dex-agent run`)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.agent_host.host_support import Proc, dex_agent
+from tests.support.everything import everything_stdio, require_everything
+from tests.support.gateway import start_gateway, write_config
+from tests.support.servers import free_port
+
+pytestmark = pytest.mark.timeout(120)
+
+SCRIPT = "scripted:tests.agent_host.question_scripts:call_tool_named"
+APPROVER = {"Authorization": "Bearer approver-secret"}
+
+
+def pending(port: int, proc: Proc, what: str) -> dict[str, Any]:
+    """The first pending approval or question (`what`: approvals | questions) the host API lists."""
+    deadline = time.monotonic() + 30
+    while True:
+        assert time.monotonic() < deadline, proc.output
+        try:
+            listed = httpx.get(f"http://127.0.0.1:{port}/{what}", headers=APPROVER).json()[what]
+            if listed:
+                return listed[0]  # type: ignore[no-any-return]
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
+
+
+def test_an_upstream_elicitation_is_a_session_question_answered_over_the_api(tmp_path: Path) -> None:
+    node = require_everything()
+    config = write_config(tmp_path, {"server": {"stateful": True}, "upstreams": [everything_stdio(node=node)]})
+    port = free_port()
+    with start_gateway(config) as gateway:
+        gateway.wait_for_log("catalog ready", timeout=30)
+        proc = dex_agent("--store", str(tmp_path / "s.db"), "run", "--gateway", gateway.url, "--model", SCRIPT,
+                         "--approve", "api", "--approvals-port", str(port), "trigger-elicitation-request",
+                         env={"DEX_APPROVER_TOKEN": "approver-secret"})
+        try:
+            approval = pending(port, proc, "approvals")  # the tool is unclassified: it asks first
+            allowed = httpx.post(f"http://127.0.0.1:{port}/approvals/{approval['id']}", json={"decision": "allow"}, headers=APPROVER)
+            assert allowed.status_code == 200, allowed.text
+            question = pending(port, proc, "questions")
+            assert question["kind"] == "elicitation" and question["status"] == "pending"
+            fields = {f["name"]: f for f in question["fields"]}
+            assert fields, question
+            url = f"http://127.0.0.1:{port}/questions/{question['id']}"
+            # Free text is not an answer to a form; a field the form lacks, or a wrong type, is refused.
+            refused = httpx.post(url, json={"answer": "Ada"}, headers=APPROVER)
+            assert refused.status_code == 400 and "this question is a form" in refused.json()["error"]
+            refused = httpx.post(url, json={"content": {"no_such_field": 1}}, headers=APPROVER)
+            assert refused.status_code == 400 and "the form has no field 'no_such_field'" in refused.json()["error"]
+            refused = httpx.post(url, json={"content": {"name": 5}}, headers=APPROVER)
+            assert refused.status_code == 400 and "field 'name': 5 is not of type 'string'" in refused.json()["error"]
+            content = {name: _value(field) for name, field in fields.items() if field["required"]}
+            if "name" in fields:
+                content["name"] = "Ada"
+            answered = httpx.post(url, json={"content": content}, headers=APPROVER).json()
+            assert answered["replayed"] is False and answered["question"]["status"] == "answered"
+            assert proc.finish() == 0, proc.output
+        finally:
+            proc.stop()
+    out = proc.output
+    assert "RESULTS" in out, out
+    assert "accept" in out.split("RESULTS", 1)[1].lower(), out
+    assert "Ada" in out.split("RESULTS", 1)[1], out
+
+
+def _value(field: dict[str, Any]) -> Any:
+    if field["enum"]:
+        return [field["enum"][0]] if field["type"] == "array" else field["enum"][0]
+    return {"boolean": True, "integer": 1, "number": 1.5}.get(field["type"], "x")
+
+
+def test_the_terminal_answers_an_upstream_form_field_by_field(tmp_path: Path) -> None:
+    node = require_everything()
+    config = write_config(tmp_path, {"server": {"stateful": True}, "upstreams": [everything_stdio(node=node)]})
+    # name (required), check yes, four strings skipped, an integer refused once then 7, a number
+    # skipped, a single-select enum picked by its number, the rest skipped.
+    lines = ["Ada", "yes", "", "", "", "", "not a number", "7", "", "2", "", "", "", ""]
+    with start_gateway(config) as gateway:
+        gateway.wait_for_log("catalog ready", timeout=30)
+        proc = dex_agent("--store", str(tmp_path / "s.db"), "run", "--gateway", gateway.url, "--model", SCRIPT, "--yes",
+                         "trigger-elicitation-request", stdin_text="\n".join(lines) + "\n")
+        try:
+            assert proc.finish() == 0, proc.output
+        finally:
+            proc.stop()
+    out = proc.output
+    assert "(a form: an empty line skips an optional field, and declines on a required one)" in out, out
+    assert "integer: expected an integer" in out, out
+    results = out.split("RESULTS", 1)[1]
+    assert "- Name: Ada" in results and "- Agreed to terms: true" in results and "- Favorite Integer: 7" in results, out
+    assert '"untitledSingleSelectEnum": "Rachel"' in results, out
