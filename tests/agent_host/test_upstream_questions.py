@@ -14,8 +14,8 @@ import pytest
 
 from tests.agent_host.host_support import Proc, dex_agent
 from tests.support.everything import everything_stdio, require_everything
-from tests.support.gateway import start_gateway, write_config
-from tests.support.servers import free_port
+from tests.support.gateway import http_upstream, start_gateway, write_config
+from tests.support.servers import free_port, read_executions, start_http_server
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -102,3 +102,29 @@ def test_the_terminal_answers_an_upstream_form_field_by_field(tmp_path: Path) ->
     results = out.split("RESULTS", 1)[1]
     assert "- Name: Ada" in results and "- Agreed to terms: true" in results and "- Favorite Integer: 7" in results, out
     assert '"untitledSingleSelectEnum": "Rachel"' in results, out
+
+
+def test_a_task_in_input_required_is_a_session_question_answered_over_the_api(tmp_path: Path) -> None:
+    """examples/servers/tasks_server.py on 2026-07-28: confirm_delete runs as an upstream task that
+    goes input_required; the stateful gateway carries its question to the host's own request, and
+    the answer given over the API reaches the task, which then deletes."""
+    port = free_port()
+    with start_http_server("tasks_server", state_dir=tmp_path / "t") as upstream:
+        config = write_config(tmp_path, {"server": {"stateful": True}, "upstreams": [http_upstream("t", upstream.url)]})
+        with start_gateway(config) as gateway:
+            gateway.wait_for_log("catalog ready", timeout=30)
+            proc = dex_agent("--store", str(tmp_path / "s.db"), "run", "--gateway", gateway.url, "--model", SCRIPT,
+                             "--approve", "api", "--approvals-port", str(port), 'confirm_delete {"filename": "a.txt"}',
+                             env={"DEX_APPROVER_TOKEN": "approver-secret"})
+            try:
+                question = pending(port, proc, "questions")
+                assert question["kind"] == "elicitation" and question["question"] == "Delete a.txt?", question
+                assert {f["name"]: f["type"] for f in question["fields"]} == {"confirm": "boolean", "name": "string"}
+                url = f"http://127.0.0.1:{port}/questions/{question['id']}"
+                answered = httpx.post(url, json={"content": {"confirm": True}}, headers=APPROVER)
+                assert answered.status_code == 200, answered.text
+                assert proc.finish() == 0, proc.output
+            finally:
+                proc.stop()
+    assert "RESULTS t__confirm_delete=deleted a.txt" in proc.output, proc.output
+    assert len(read_executions(tmp_path / "t", tool="confirm_delete")) == 1
