@@ -170,3 +170,14 @@ def spend_limit(scope: str, used: str, limit: str) -> str:
 # Compaction ---------------------------------------------------------------------------------------
 
 CONTEXT_SUMMARY_HEADER = "[Dex] Summary of the earlier conversation:"
+
+
+# Listing the gateway's tools -------------------------------------------------------------------------
+
+def listing_failed(detail: str) -> str:
+    """The warning when the gateway's tools could not be listed for a model call."""
+    return f"the gateway's tools are not offered in this model call: {detail}"
+
+
+def listing_timed_out(seconds: float) -> str:
+    return f"listing them took longer than {seconds:g} s"

@@ -28,7 +28,7 @@ from ..domain.records import CallStatus, PlanStatus, ToolCallRecord, TurnMode, T
 from ..domain.settings import SessionSettings, apply_policy
 from ..domain.spend import limit_reached
 from ..gateway_client.images import ImageLibrary, ImageReference
-from ..gateway_client.tools import GatewayTool, GatewayUnavailable
+from ..gateway_client.tools import GatewayRefused, GatewayTool, GatewayUnavailable
 from ..models.base import Message, ModelClient, ModelError, ModelRequest, ModelResponse, ToolCall, ToolSpec
 from ..store.session_store import SessionStore
 from .builtins import DEFINITIONS as BUILTIN_DEFINITIONS
@@ -62,6 +62,8 @@ class AgentConfig(BaseModel):
     # `module:function`, called at the end of each iteration (`continuation.py`).
     continuation_hook: str | None = None
     control_poll_seconds: float = POLL_SECONDS
+    # A gateway listing that fails or takes longer offers no tools in that model call (a warning).
+    listing_timeout_seconds: float = Field(default=10.0, gt=0)
 
 
 def idempotency_key(session_id: str, turn_id: str, tool_call_id: str) -> str:
@@ -232,13 +234,13 @@ class TurnLoop:
     async def _offered_tools(
         self, with_tools: bool, mode: TurnMode, settings: SessionSettings
     ) -> tuple[list[ToolSpec], dict[str, GatewayTool]]:
-        """The tools of this model call; GatewayUnavailable when the gateway cannot list them. A
+        """The tools of this model call (none from the gateway when it cannot list them: `_listed`). A
         planning turn is offered only write_todos, and lists nothing from the gateway."""
         if not with_tools:
             return [], {}
         if mode is TurnMode.PLANNING:
             return [BUILTIN_DEFINITIONS[WRITE_TODOS]], {}
-        listed = await self._tools.list_tools()
+        listed = await self._listed()
         builtins = [spec for name in self._config.builtin_tools if (spec := self._builtins.spec(name)) is not None]
         reserved = {b.name for b in builtins}
         gateway: dict[str, GatewayTool] = {}
@@ -250,6 +252,20 @@ class TurnLoop:
             gateway[tool.name] = tool.model_copy(update={"effect": effect, "requires_approval": approval})
         specs = [ToolSpec(name=t.name, description=t.description, input_schema=t.input_schema) for t in gateway.values()]
         return specs + builtins, gateway
+
+    async def _listed(self) -> list[GatewayTool]:
+        """The gateway's tools; none, with a warning, when the listing fails or takes longer than
+        the listing timeout (a down gateway never fails a turn; a refused token does)."""
+        try:
+            with anyio.fail_after(self._config.listing_timeout_seconds):
+                return await self._tools.list_tools()
+        except GatewayRefused:
+            raise
+        except GatewayUnavailable as exc:
+            log.warning(texts.listing_failed(str(exc)))
+        except TimeoutError:
+            log.warning(texts.listing_failed(texts.listing_timed_out(self._config.listing_timeout_seconds)))
+        return []
 
     async def _model_step(self, turn: TurnRecord, control: TurnControl) -> None:
         steered = await self._store.apply_steers(turn.session_id, turn.id)
@@ -266,8 +282,8 @@ class TurnLoop:
         # The last allowed model call is offered no tools, so the model has to answer.
         try:
             specs, gateway = await self._offered_tools(number < self._config.max_model_calls, turn.mode, settings)
-        except GatewayUnavailable as exc:
-            # The gateway is the only tool source: a turn without it would answer blind.
+        except GatewayRefused as exc:
+            # A refused token is the user's to fix: no turn can reach the tools until then.
             self.gateway_error = exc
             await self._finish(turn, TurnStatus.FAILED, None, str(exc))
             return

@@ -4,10 +4,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import anyio
 import pytest
 
+from agent_host.domain import texts
 from agent_host.domain.cards import DEFAULT_APPROVAL_TIMEOUT_SECONDS, parse_deadline
+from agent_host.domain.records import TurnStatus
+from agent_host.gateway_client.tools import GatewayTool, GatewayUnavailable
+from agent_host.models.base import ModelRequest, ModelResponse
+from agent_host.turn.loop import AgentConfig
+from gateway.conventions.keys import Effect
 from tests.agent_host.host_support import run_agent
+from tests.agent_host.loop_support import Tools, host, tool
 
 
 def test_approval_and_question_deadlines_are_optional_and_none_by_default(tmp_path: Path) -> None:
@@ -20,3 +28,38 @@ def test_approval_and_question_deadlines_are_optional_and_none_by_default(tmp_pa
                      "--approval-timeout", "later", "hi")
     assert done.returncode == 2
     assert "argument --approval-timeout: 'later' is not a number of seconds or `none`" in done.stderr
+
+
+class _DownGateway(Tools):
+    """A gateway whose listing fails (`hang`: never answers)."""
+
+    def __init__(self, hang: bool) -> None:
+        super().__init__([tool("lookup", Effect.READ)])
+        self.hang = hang
+
+    async def list_tools(self) -> list[GatewayTool]:
+        if self.hang:
+            await anyio.sleep_forever()
+        raise GatewayUnavailable("cannot reach the gateway at http://127.0.0.1:9/mcp: ConnectError")
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("hang", [False, True])
+async def test_a_failed_listing_offers_no_tools_warns_and_the_turn_answers(
+    tmp_path: Path, hang: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    offered: list[list[str]] = []
+
+    def script(request: ModelRequest) -> ModelResponse:
+        offered.append([t.name for t in request.tools])
+        return ModelResponse(text="answered without the gateway")
+
+    config = AgentConfig(listing_timeout_seconds=0.3, control_poll_seconds=0.02)
+    async with host(tmp_path, script, _DownGateway(hang), config=config) as h:
+        turn = await h.loop.run_turn("s1", "hello")
+    assert turn.status is TurnStatus.COMPLETED and turn.final_text == "answered without the gateway"
+    assert offered and not any(name == "lookup" for name in offered[0])
+    assert "ask_user" in offered[0]  # the built-in tools are still offered
+    detail = texts.listing_timed_out(0.3) if hang else "cannot reach the gateway at http://127.0.0.1:9/mcp: ConnectError"
+    assert texts.listing_failed(detail) in caplog.text
+    assert AgentConfig().listing_timeout_seconds == 10.0
