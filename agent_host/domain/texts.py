@@ -139,6 +139,14 @@ def turn_cancelled_reason(source: str, reason: str | None) -> str:
     return f"{base}: {reason.strip()}" if reason and reason.strip() else base
 
 
+def turn_failed_note(error: str) -> str:
+    """Stored at the end of a failed turn whose tool calls have results (the seeds' turn failure note)."""
+    return (
+        f"[Dex] This turn failed ({error}). The tool calls above ran with the results shown; do not "
+        "repeat them unless the user asks you to."
+    )
+
+
 def turn_cancelled_note(reason: str) -> str:
     """Stored at the end of a cancelled turn, so a later model call knows what happened."""
     return f"[Dex] This turn was {reason}. Calls that had not started were not run."

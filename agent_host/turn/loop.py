@@ -156,6 +156,12 @@ class TurnLoop:
         return turn
 
     async def _finish(self, turn: TurnRecord, status: TurnStatus, final_text: str | None, error: str | None) -> bool:
+        if status is TurnStatus.FAILED:
+            # A failed turn whose tools ran leaves a note, so a later model call does not repeat them.
+            calls = await self._store.tool_calls(turn.session_id, turn.id)
+            if any(c.status.final for c in calls):
+                note = texts.turn_failed_note(error or "unknown error")
+                await self._store.append_message(turn.session_id, turn.id, Message(role="user", text=note))
         return await self._store.finish_turn(
             turn.session_id, turn.id, status, final_text, error, unless_steered=status is TurnStatus.COMPLETED
         )

@@ -11,11 +11,14 @@ from agent_host.domain import texts
 from agent_host.domain.cards import DEFAULT_APPROVAL_TIMEOUT_SECONDS, parse_deadline
 from agent_host.domain.records import TurnStatus
 from agent_host.gateway_client.tools import GatewayTool, GatewayUnavailable
-from agent_host.models.base import ModelRequest, ModelResponse
+from agent_host.models.base import Message, ModelError, ModelRequest, ModelResponse
+from agent_host.models.scripted import call
+from agent_host.turn.history import IMAGE_TOKENS, message_tokens
 from agent_host.turn.loop import AgentConfig
+from gateway.media.references import ImageReference
 from gateway.conventions.keys import Effect
 from tests.agent_host.host_support import run_agent
-from tests.agent_host.loop_support import Tools, host, tool
+from tests.agent_host.loop_support import Tools, host, last_user, tool
 
 
 def test_approval_and_question_deadlines_are_optional_and_none_by_default(tmp_path: Path) -> None:
@@ -63,3 +66,35 @@ async def test_a_failed_listing_offers_no_tools_warns_and_the_turn_answers(
     detail = texts.listing_timed_out(0.3) if hang else "cannot reach the gateway at http://127.0.0.1:9/mcp: ConnectError"
     assert texts.listing_failed(detail) in caplog.text
     assert AgentConfig().listing_timeout_seconds == 10.0
+
+
+@pytest.mark.anyio
+async def test_a_failed_turn_whose_tools_ran_leaves_a_note_not_to_repeat_them(tmp_path: Path) -> None:
+    seen: list[list[str]] = []
+
+    def script(request: ModelRequest) -> ModelResponse:
+        seen.append([m.text for m in request.messages if m.role == "user"])
+        if last_user(request) == "look it up" and request.model_call == 1:
+            return ModelResponse(tool_calls=[call(request, 0, "lookup", text="x")])
+        if last_user(request) in ("look it up", "fail at once"):
+            raise ModelError("the provider is down")
+        return ModelResponse(text="ok")
+
+    async with host(tmp_path, script, Tools([tool("lookup", Effect.READ)])) as h:
+        failed = await h.loop.run_turn("s1", "look it up")
+        assert failed.status is TurnStatus.FAILED and failed.error == "model call failed: the provider is down"
+        note = texts.turn_failed_note("model call failed: the provider is down")
+        assert [m.text for m in await h.store.messages("s1", failed.id)][-1] == note
+        await h.loop.run_turn("s1", "and now?")
+        assert note in seen[-1]
+        # A turn that failed before any tool ran has nothing to warn about.
+        quiet = await h.loop.run_turn("s1", "fail at once")
+        assert quiet.status is TurnStatus.FAILED
+        assert note not in [m.text for m in await h.store.messages("s1", quiet.id)]
+
+
+def test_each_image_counts_1600_tokens_in_compaction() -> None:
+    image = ImageReference(uri="https://gw/media/sha256/" + "a" * 64, mime_type="image/png", sha256="a" * 64, size_bytes=10)
+    plain = Message(role="user", text="look at these")
+    shown = plain.model_copy(update={"images": [image, image]})
+    assert message_tokens(shown) - message_tokens(plain) == 2 * 1600 == 2 * IMAGE_TOKENS
