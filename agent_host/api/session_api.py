@@ -36,6 +36,7 @@ from starlette.routing import Route
 from ..approvals.gate import card_for_approval
 from ..domain import session_events, texts
 from ..domain.forms import check_form
+from ..domain.session_ids import session_id_problem
 from ..domain.records import ControlKind, ControlRecord, QuestionRecord, QuestionStatus
 from ..store.session_store import SessionStore
 from .approvals_api import HTML_SAFE, SafeJSONResponse, read_body
@@ -100,6 +101,8 @@ class SessionApi:
 
     async def _session_or_404(self, request: Request) -> str | JSONResponse:
         session_id = request.path_params["session_id"]
+        if (problem := session_id_problem(session_id)) is not None:
+            return SafeJSONResponse({"error": problem}, status_code=400)
         if await self.store.get_session(session_id) is None:
             return SafeJSONResponse({"error": "no such session"}, status_code=404)
         return str(session_id)

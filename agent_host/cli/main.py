@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from ..api.guard import add_api_guard_args
 from ..approvals.gate import DEFAULT_APPROVAL_TIMEOUT_SECONDS
 from ..domain.cards import parse_deadline
+from ..domain.session_ids import check_session_id
 from ..domain.credentials import RemovedFlag, add_approver_token_args, add_issuer_args, add_token_args
 from ..gateway_client.connection import describe
 from . import admin as cli_admin
@@ -155,6 +156,13 @@ def _deadline(value: str) -> float | None:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _session_id(value: str) -> str:
+    try:
+        return check_session_id(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _store_arg(parser: argparse.ArgumentParser, default: object = argparse.SUPPRESS) -> None:
     # Accepted before or after the command; SUPPRESS keeps a value given before it.
     parser.add_argument("--store", default=default, help="session store (SQLite file; default $DEX_AGENT_STORE or var/dex-agent.db)")
@@ -169,7 +177,8 @@ def _agent_args(parser: argparse.ArgumentParser, demo: bool = False) -> None:
                         help="scripted | scripted:module:function | openai:<model> (default: the session's model, else scripted)")
     parser.add_argument("--openai-base-url", help="OpenAI-compatible base URL (default $DEX_AGENT_OPENAI_BASE_URL, $OPENAI_BASE_URL or api.openai.com); the key comes from $DEX_AGENT_OPENAI_API_KEY or $OPENAI_API_KEY")
     parser.add_argument("--no-stream", action="store_true", help="ask the model API for whole answers")
-    parser.add_argument("--session", help="session id: resume or continue it (created when new)")
+    parser.add_argument("--session", type=_session_id,
+                        help="session id: resume or continue it (created when new; 1-128 bytes, no spaces, control characters or /?#)")
     parser.add_argument("--approve", choices=("prompt", "auto", "api"), default="auto" if demo else "prompt",
                         help="who decides approvals: the terminal, nobody (auto-allow), or only the HTTP API")
     parser.add_argument("--yes", "-y", action="store_true", help="same as --approve auto")

@@ -5,15 +5,19 @@ from __future__ import annotations
 from pathlib import Path
 
 import anyio
+import httpx
 import pytest
 
 from agent_host.domain import texts
 from agent_host.domain.cards import DEFAULT_APPROVAL_TIMEOUT_SECONDS, parse_deadline
+from agent_host.api.host_api import host_app
 from agent_host.domain.records import TurnStatus
+from agent_host.domain.session_ids import check_session_id, session_id_problem
 from agent_host.gateway_client.tools import GatewayTool, GatewayUnavailable
 from agent_host.models.base import Message, ModelError, ModelRequest, ModelResponse
 from agent_host.models.scripted import call
 from agent_host.turn.history import IMAGE_TOKENS, message_tokens
+from agent_host.store.session_store import SessionStore
 from agent_host.turn.loop import AgentConfig
 from gateway.media.references import ImageReference
 from gateway.conventions.keys import Effect
@@ -98,3 +102,42 @@ def test_each_image_counts_1600_tokens_in_compaction() -> None:
     plain = Message(role="user", text="look at these")
     shown = plain.model_copy(update={"images": [image, image]})
     assert message_tokens(shown) - message_tokens(plain) == 2 * 1600 == 2 * IMAGE_TOKENS
+
+
+@pytest.mark.parametrize(("value", "problem"), [
+    ("", "a session id cannot be empty"),
+    ("a" * 129, "is 129 bytes long; at most 128 are allowed"),
+    ("é" * 65, "is 130 bytes long"),
+    ("a b", "contains whitespace"),
+    ("a\tb", "contains whitespace"),
+    ("a\x00b", "contains a control or invisible character (U+0000)"),
+    ("a\u202eb", "contains a control or invisible character (U+202E)"),
+    ("a/b", "contains '/'"), ("a?b", "contains '?'"), ("a#b", "contains '#'"),
+])
+def test_session_ids_follow_the_id_rule(value: str, problem: str) -> None:
+    assert problem in (session_id_problem(value) or "")
+    with pytest.raises(ValueError, match="session id"):
+        check_session_id(value)
+
+
+def test_valid_session_ids_pass() -> None:
+    for value in ("s", "s-1f2e", "a" * 128, "é" * 64, "ticket:42", "Zürich.1"):
+        assert check_session_id(value) == value
+
+
+@pytest.mark.anyio
+async def test_session_ids_are_checked_where_they_enter(tmp_path: Path) -> None:
+    done = run_agent("run", "--gateway", "http://127.0.0.1:9/mcp", "--store", str(tmp_path / "s.db"), "--session", "a/b", "hi")
+    assert done.returncode == 2 and "argument --session: session id 'a/b' contains '/'" in done.stderr
+    async with SessionStore(tmp_path / "api.db") as store:
+        with pytest.raises(ValueError, match="contains whitespace"):
+            await store.create_session("scripted", "g", "has space")
+        app = host_app(store, ["approver"], ["agent"])
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://host") as client:
+            long_id = "x" * 129
+            for url in (f"/sessions/{long_id}", f"/sessions/{long_id}/steer", f"/ui/sessions/{long_id}"):
+                method = client.post if url.endswith("steer") else client.get
+                kwargs = {"json": {"text": "t"}} if url.endswith("steer") else {}
+                answer = await method(url, headers={"Authorization": "Bearer approver"}, **kwargs)  # type: ignore[operator]
+                assert answer.status_code == 400 and "is 129 bytes long" in answer.text, (url, answer.text)
+            assert (await client.get("/sessions/nope", headers={"Authorization": "Bearer approver"})).status_code == 404
