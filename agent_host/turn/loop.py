@@ -64,6 +64,9 @@ class AgentConfig(BaseModel):
     control_poll_seconds: float = POLL_SECONDS
     # A gateway listing that fails or takes longer offers no tools in that model call (a warning).
     listing_timeout_seconds: float = Field(default=10.0, gt=0)
+    # Stored messages a compaction summarized are deleted once this many newer ones are stored
+    # (None keeps every message); applied at the end of each turn.
+    retained_message_limit: int | None = Field(default=1000, ge=1)
 
 
 def idempotency_key(session_id: str, turn_id: str, tool_call_id: str) -> str:
@@ -162,9 +165,15 @@ class TurnLoop:
             if any(c.status.final for c in calls):
                 note = texts.turn_failed_note(error or "unknown error")
                 await self._store.append_message(turn.session_id, turn.id, Message(role="user", text=note))
-        return await self._store.finish_turn(
+        finished = await self._store.finish_turn(
             turn.session_id, turn.id, status, final_text, error, unless_steered=status is TurnStatus.COMPLETED
         )
+        if finished and self._config.retained_message_limit is not None:
+            deleted = await self._store.apply_retention(turn.session_id, self._config.retained_message_limit)
+            if deleted:
+                log.info("session %s: %d summarized messages deleted (retained message limit %d)",
+                         turn.session_id, deleted, self._config.retained_message_limit)
+        return finished
 
     async def _steps(self, turn: TurnRecord, control: TurnControl) -> TurnRecord:
         while True:

@@ -141,3 +141,23 @@ async def test_session_ids_are_checked_where_they_enter(tmp_path: Path) -> None:
                 answer = await method(url, headers={"Authorization": "Bearer approver"}, **kwargs)  # type: ignore[operator]
                 assert answer.status_code == 400 and "is 129 bytes long" in answer.text, (url, answer.text)
             assert (await client.get("/sessions/nope", headers={"Authorization": "Bearer approver"})).status_code == 404
+
+
+@pytest.mark.anyio
+async def test_summarized_messages_beyond_the_retained_limit_are_deleted(tmp_path: Path) -> None:
+    assert AgentConfig().retained_message_limit == 1000
+    async with SessionStore(tmp_path / "r.db") as store:
+        await store.create_session("scripted", "g", "s")
+        turn = await store.start_turn("s", "m0")
+        for n in range(1, 12):
+            await store.append_message("s", turn.id, Message(role="user", text=f"m{n}"))
+        seqs = [seq for seq, _, _ in await store.stored_messages("s")]
+        assert len(seqs) == 12
+        assert await store.apply_retention("s", 5) == 0  # nothing summarized: everything stays
+        await store.record_compaction("s", turn.id, "summary", seqs[:8], [], None)
+        # 10 kept: the two oldest go (both summarized).
+        assert await store.apply_retention("s", 10) == 2
+        assert [m.text for m in await store.messages("s")][0] == "m2"
+        # 2 kept: only summarized messages go, so the four after the summary stay.
+        assert await store.apply_retention("s", 2) == 6
+        assert [m.text for m in await store.messages("s")] == ["m8", "m9", "m10", "m11"]
