@@ -130,6 +130,10 @@ CANCELLED_BY_STEERING = (
     "calls that had not started were cancelled. Read the user's message and decide again."
 )
 CANCELLED_BY_TURN_CANCELLATION = "The tool call was not run: the user cancelled the turn."
+TASK_ABANDONED = (
+    f"{OUTCOME_UNKNOWN} (the user cancelled the turn while this call's long-running task was running; "
+    "the task was asked to stop, but it may have done its work)"
+)
 READ_STOPPED_BY_CANCELLATION = "The tool call was stopped before it answered: the user cancelled the turn."
 
 

@@ -94,7 +94,7 @@ class TaskCaller:
 
     async def call(self, name: str, arguments: dict[str, Any], key: str,
                    on_progress: OnProgress | None = None, on_sent: Callable[[], Any] | None = None,
-                   ask_form: FormAsker | None = None) -> AttemptEvent:
+                   ask_form: FormAsker | None = None, on_task: Callable[[], Any] | None = None) -> AttemptEvent:
         """The call's end as an attempt event (the re-issue rules read it like a plain call's)."""
         known = await self._tasks.task_of(key)
         if known is not None:
@@ -119,6 +119,8 @@ class TaskCaller:
             task_id = str(task["taskId"])
             await self._tasks.record(key, task_id, name, str(task.get("status")))
         try:
+            if on_task is not None:
+                await on_task()
             return await self._poll(name, key, task_id, on_progress, ask_form)
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True), anyio.move_on_after(10):
@@ -126,7 +128,7 @@ class TaskCaller:
             raise
 
     async def _poll(self, name: str, key: str, task_id: str, on_progress: OnProgress | None,
-                    ask_form: FormAsker | None = None) -> AttemptEvent:
+                    ask_form: FormAsker | None = None, on_task: Callable[[], Any] | None = None) -> AttemptEvent:
         failures, seen, step = 0, None, 0
         while True:
             try:

@@ -72,6 +72,7 @@ class CallRequest:
     effect: Effect
     prior: PriorAttempts = PriorAttempts()
     ask_form: FormAsker | None = None  # an upstream's form questions during the call go to the user
+    on_task: Callable[[], Awaitable[None]] | None = None  # the call is a task now (its id is recorded)
 
 
 class CallResult(BaseModel):
@@ -223,7 +224,8 @@ class GatewayToolSource:
                 await on_attempt(attempt)
 
         async def run() -> AttemptEvent:
-            return await caller.call(request.name, request.arguments, request.key, on_progress, sent, request.ask_form)
+            return await caller.call(request.name, request.arguments, request.key, on_progress, sent, request.ask_form,
+                                     request.on_task)
 
         try:
             event = await outside_transport_cancels(run)

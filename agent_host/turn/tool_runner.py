@@ -9,6 +9,8 @@ its request may have left) is never in a cancellable scope and runs to its recor
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import anyio
 
 from gateway.conventions.keys import Effect
@@ -118,7 +120,23 @@ class ToolRunner:
                 if (reason := await control.not_started_reason()) is not None:
                     return await self.cancel(record, reason)
             if record.is_write:
-                result = await self._call_gateway(record)  # never cancelled by the turn: runs to its recorded end
+                # Never cancelled by the turn, runs to its recorded end; but a long-running task
+                # it started is abandoned by cancel_turn (outcome unknown, the task cancelled).
+                abandon = anyio.CancelScope()
+
+                async def on_task() -> None:
+                    control.abandon_on_cancel(abandon)
+
+                with abandon:
+                    result = await self._call_gateway(record, on_task)
+                control.forget(abandon)
+                if abandon.cancelled_caught:
+                    record = await self._store.update_tool_call(
+                        await self._reload(record), status=CallStatus.OUTCOME_UNKNOWN, result_text=texts.TASK_ABANDONED,
+                        cancel_reason=CancelReason.TURN_CANCELLED,
+                    )
+                    await self._events.tool_finished(record, False)
+                    return record
             else:
                 with control.scope(Section.READ) as scope:
                     result = await self._call_gateway(record)
@@ -135,7 +153,7 @@ class ToolRunner:
     async def _reload(self, record: ToolCallRecord) -> ToolCallRecord:
         return await self._store.get_tool_call(record.session_id, record.id)
 
-    async def _call_gateway(self, record: ToolCallRecord) -> CallResult:
+    async def _call_gateway(self, record: ToolCallRecord, on_task: Callable[[], Awaitable[None]] | None = None) -> CallResult:
         """One gateway call, with what the store knows of its earlier attempts."""
         ident = (record.session_id, record.id)
         prior = PriorAttempts()
@@ -150,5 +168,5 @@ class ToolRunner:
             await self._events.tool_progress(record, progress, total, message)
 
         request = CallRequest(record.name, record.arguments, record.idempotency_key, Effect(record.effect), prior,
-                              ask_form=self._builtins.form_asker(record))
+                              ask_form=self._builtins.form_asker(record), on_task=on_task)
         return await self._tools.call(request, on_attempt, on_progress)

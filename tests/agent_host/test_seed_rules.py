@@ -11,9 +11,9 @@ import pytest
 from agent_host.domain import texts
 from agent_host.domain.cards import DEFAULT_APPROVAL_TIMEOUT_SECONDS, parse_deadline
 from agent_host.api.host_api import host_app
-from agent_host.domain.records import TurnStatus
+from agent_host.domain.records import CallStatus, ControlKind, TurnStatus
 from agent_host.domain.session_ids import check_session_id, session_id_problem
-from agent_host.gateway_client.tools import GatewayTool, GatewayUnavailable
+from agent_host.gateway_client.tools import CallRequest, CallResult, GatewayTool, GatewayUnavailable, OnAttempt, OnProgress
 from agent_host.models.base import Message, ModelError, ModelRequest, ModelResponse
 from agent_host.models.scripted import call
 from agent_host.turn.history import IMAGE_TOKENS, message_tokens
@@ -22,7 +22,7 @@ from agent_host.turn.loop import AgentConfig
 from gateway.media.references import ImageReference
 from gateway.conventions.keys import Effect
 from tests.agent_host.host_support import run_agent
-from tests.agent_host.loop_support import Tools, host, last_user, tool
+from tests.agent_host.loop_support import Tools, eventually, host, last_user, tool
 
 
 def test_approval_and_question_deadlines_are_optional_and_none_by_default(tmp_path: Path) -> None:
@@ -161,3 +161,59 @@ async def test_summarized_messages_beyond_the_retained_limit_are_deleted(tmp_pat
         # 2 kept: only summarized messages go, so the four after the summary stay.
         assert await store.apply_retention("s", 2) == 6
         assert [m.text for m in await store.messages("s")] == ["m8", "m9", "m10", "m11"]
+
+
+class _TaskGateway(Tools):
+    """`deploy` becomes a long-running task that never ends (until cancelled); `memo` is a plain
+    write that takes a moment."""
+
+    def __init__(self) -> None:
+        super().__init__([tool("deploy", Effect.IDEMPOTENT_WRITE), tool("memo", Effect.IDEMPOTENT_WRITE)])
+        self.cancelled_tasks: list[str] = []
+
+    async def call(self, request: CallRequest, on_attempt: OnAttempt | None = None,
+                   on_progress: OnProgress | None = None) -> CallResult:
+        if request.name != "deploy":
+            return await super().call(request, on_attempt, on_progress)
+        if on_attempt is not None:
+            await on_attempt(1)
+        self.sent.append(request.name)
+        assert request.on_task is not None
+        await request.on_task()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            self.cancelled_tasks.append(request.key)  # where the real source sends tasks/cancel
+        raise AssertionError("unreachable")
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("name", ["deploy", "memo"])
+async def test_cancelling_a_turn_abandons_a_started_write_task_but_waits_for_a_plain_write(tmp_path: Path, name: str) -> None:
+    def script(request: ModelRequest) -> ModelResponse:
+        if request.model_call == 1:
+            return ModelResponse(tool_calls=[call(request, 0, name, text="go")])
+        return ModelResponse(text="done")
+
+    gateway = _TaskGateway()
+    gateway.delays["memo"] = 0.5
+    async with host(tmp_path, script, gateway) as h:
+        async with anyio.create_task_group() as tg:
+            async def cancel_when_sent() -> None:
+                await eventually(lambda: _sent(gateway, name))
+                await h.store.request_control("s1", ControlKind.CANCEL, "test", None, None)
+
+            tg.start_soon(cancel_when_sent)
+            with anyio.fail_after(10):
+                turn = await h.loop.run_turn("s1", "ship it")
+        [record] = await h.store.tool_calls("s1", turn.id)
+    assert turn.status is TurnStatus.CANCELLED
+    if name == "deploy":
+        assert record.status is CallStatus.OUTCOME_UNKNOWN and record.result_text == texts.TASK_ABANDONED
+        assert record.cancel_reason == "turn_cancelled" and gateway.cancelled_tasks == [record.idempotency_key]
+    else:
+        assert record.status is CallStatus.SUCCEEDED and gateway.finished == ["memo"]
+
+
+async def _sent(gateway: Tools, name: str) -> bool:
+    return name in gateway.sent
