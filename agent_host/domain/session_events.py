@@ -28,6 +28,7 @@ TURN_FINISHED = "turn_finished"
 MESSAGE = "message"
 DELTA = "delta"
 TOOL_CALL = "tool_call"
+TOOL_PROGRESS = "tool_progress"
 APPROVAL = "approval"
 QUESTION = "question"
 PLAN = "plan"
@@ -92,6 +93,17 @@ def tool_call(record: ToolCallRecord) -> dict[str, Any]:
         "status": record.status.value,
         "cancel_reason": record.cancel_reason.value if record.cancel_reason else None,
         "result": text(record.result_text, MAX_RESULT_CHARS) if final else None,
+    }
+
+
+def tool_progress(record: ToolCallRecord, progress: float, total: float | None, message: str | None) -> dict[str, Any]:
+    """An upstream's notifications/progress for a running call (a task's status messages too)."""
+    return {
+        "turn_id": record.turn_id,
+        "tool_call_id": name(record.id),
+        "progress": progress,
+        "total": total,
+        "message": text(message, 500, keep_newlines=False),
     }
 
 

@@ -16,7 +16,7 @@ import anyio
 from gateway.conventions.keys import Effect
 
 from ..approvals.gate import ApprovalGate
-from ..domain import texts
+from ..domain import session_events, texts
 from ..domain.records import ApprovalStatus, CallStatus, CancelReason, ToolCallRecord
 from ..gateway_client.tools import CallRequest, CallResult, PriorAttempts
 from ..store.session_store import SessionStore
@@ -165,6 +165,8 @@ class ToolRunner:
             await self._store.update_tool_call(record, status=CallStatus.SENT, attempts=attempt)
 
         async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            data = session_events.tool_progress(record, progress, total, message)
+            await self._store.append_event(record.session_id, record.turn_id, session_events.TOOL_PROGRESS, data)
             await self._events.tool_progress(record, progress, total, message)
 
         request = CallRequest(record.name, record.arguments, record.idempotency_key, Effect(record.effect), prior,

@@ -5,6 +5,8 @@ checked against the requested schema, and the upstream gets it (real gateway, re
 
 from __future__ import annotations
 
+import json
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -128,3 +130,24 @@ def test_a_task_in_input_required_is_a_session_question_answered_over_the_api(tm
                 proc.stop()
     assert "RESULTS t__confirm_delete=deleted a.txt" in proc.output, proc.output
     assert len(read_executions(tmp_path / "t", tool="confirm_delete")) == 1
+
+
+def test_tool_progress_reaches_the_session_event_stream(tmp_path: Path) -> None:
+    """server-everything's trigger-long-running-operation sends notifications/progress: each becomes
+    a `tool_progress` event of the session (the live stream and the page read those)."""
+    node = require_everything()
+    config = write_config(tmp_path, {"upstreams": [everything_stdio(node=node)]})
+    store = tmp_path / "s.db"
+    with start_gateway(config) as gateway:
+        gateway.wait_for_log("catalog ready", timeout=30)
+        proc = dex_agent("--store", str(store), "run", "--gateway", gateway.url, "--model", SCRIPT, "--yes",
+                         'trigger-long-running-operation {"duration": 1, "steps": 3}')
+        try:
+            assert proc.finish() == 0, proc.output
+        finally:
+            proc.stop()
+    with sqlite3.connect(store) as db:
+        rows = db.execute("SELECT data FROM events WHERE type = 'tool_progress' ORDER BY id").fetchall()
+    progress = [json.loads(data) for (data,) in rows]
+    assert [(p["progress"], p["total"]) for p in progress] == [(1, 3), (2, 3), (3, 3)], progress
+    assert progress[0]["tool_call_id"] == "call_1_0"

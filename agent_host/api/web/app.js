@@ -150,6 +150,15 @@
     found.badge.textContent = status;
     found.badge.dataset.status = data.status;
     found.result.textContent = data.result || "";
+    found.final = data.result !== null && data.result !== undefined;
+  }
+
+  // Tool progress (an upstream's notifications/progress): shown on the call until its result.
+  function onToolProgress(data) {
+    const found = state.toolCalls.get(data.tool_call_id);
+    if (!found || found.final) return;
+    const amount = data.total ? data.progress + "/" + data.total : String(data.progress);
+    found.result.textContent = "progress " + amount + (data.message ? ": " + data.message : "");
   }
 
   function onTurnStarted(data) {
@@ -341,7 +350,7 @@
 
   const handlers = {
     turn_started: onTurnStarted, turn_finished: onTurnFinished, message: onMessage, delta: onDelta,
-    tool_call: onToolCall, approval: onApproval, question: onQuestion, plan: onPlan, usage: onUsage,
+    tool_call: onToolCall, tool_progress: onToolProgress, approval: onApproval, question: onQuestion, plan: onPlan, usage: onUsage,
     control: onControl,
     compaction: (d) => entry("meta", "", "earlier messages were summarised (" + d.replaced_messages + " replaced)"),
   };
