@@ -38,6 +38,7 @@ from .continuation import MAX_CONSECUTIVE_CONTINUATIONS, ContinuationContext, Co
 from .continuation import load_hook, results_of
 from .events import LoopEvents, ToolSource
 from .tool_runner import ToolRunner
+from .tracing import Tracing
 from .turn_control import POLL_SECONDS, Section, TurnControl
 from .validation import check_arguments
 
@@ -107,15 +108,17 @@ class TurnLoop:
         models: Callable[[str], ModelClient] | None = None,
         continuation: Hook | None = None,
         images: ImageLibrary | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self._store = store
+        self._tracing = tracing or Tracing()
         self._model = model
         self._models = models  # resolves a session's `model` setting to a client
         self._tools = tools
         self._config = config or AgentConfig()
         self._events = events or LoopEvents()
         self._builtins = builtins
-        self._runner = ToolRunner(store, tools, approvals, builtins, self._events)
+        self._runner = ToolRunner(store, tools, approvals, builtins, self._events, self._tracing)
         self._compactor = Compactor(store, self._events)
         hook_spec = self._config.continuation_hook
         self._hook = continuation or (load_hook(hook_spec) if hook_spec else None)
@@ -146,13 +149,15 @@ class TurnLoop:
 
     async def _drive(self, turn: TurnRecord) -> TurnRecord:
         control = TurnControl(self._store, turn, self._config.control_poll_seconds)
-        await control.check()
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(control.watch)
-            try:
-                turn = await self._steps(turn, control)
-            finally:
-                tg.cancel_scope.cancel()
+        with self._tracing.invoke_agent(turn) as span:
+            await control.check()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(control.watch)
+                try:
+                    turn = await self._steps(turn, control)
+                finally:
+                    tg.cancel_scope.cancel()
+            Tracing.ended(span, turn.status.value, turn.error if turn.status is TurnStatus.FAILED else None)
         await control.settle()
         session_usage = await self._store.usage_totals(turn.session_id)
         await self._events.turn_finished(turn, await self._store.usage_totals(turn.session_id, turn.id), session_usage)
@@ -338,8 +343,12 @@ class TurnLoop:
                 await deltas.add(chunk)
 
             try:
-                with control.scope(Section.MODEL) as scope:
-                    response = await model.complete(request, on_text=on_text)
+                with self._tracing.chat(model.name, turn) as span:
+                    with control.scope(Section.MODEL) as scope:
+                        response = await model.complete(request, on_text=on_text)
+                        span.set_attribute("gen_ai.usage.input_tokens", response.usage.input_tokens)
+                        span.set_attribute("gen_ai.usage.output_tokens", response.usage.output_tokens)
+                    Tracing.ended(span, "cancelled" if scope.cancelled_caught else "answered")
                 await deltas.flush()
                 return None if scope.cancelled_caught else response
             except ModelError:

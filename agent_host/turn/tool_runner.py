@@ -22,6 +22,7 @@ from ..gateway_client.tools import CallRequest, CallResult, PriorAttempts
 from ..store.session_store import SessionStore
 from .builtins import WRITE_TODOS, Builtins
 from .events import LoopEvents, ToolSource
+from .tracing import Tracing
 from .turn_control import Section, TurnControl
 
 _CANCELLED_TEXTS = {
@@ -32,9 +33,11 @@ _CANCELLED_TEXTS = {
 
 class ToolRunner:
     def __init__(
-        self, store: SessionStore, tools: ToolSource, approvals: ApprovalGate, builtins: Builtins, events: LoopEvents
+        self, store: SessionStore, tools: ToolSource, approvals: ApprovalGate, builtins: Builtins, events: LoopEvents,
+        tracing: Tracing | None = None,
     ) -> None:
         self._store = store
+        self._tracing = tracing or Tracing()
         self._tools = tools
         self._approvals = approvals
         self._builtins = builtins
@@ -85,6 +88,13 @@ class ToolRunner:
         return CancelReason.TURN_CANCELLED if control.cancelled else CancelReason.STEERED
 
     async def _run_call(self, record: ToolCallRecord, control: TurnControl) -> ToolCallRecord:
+        with self._tracing.execute_tool(record) as span:
+            record = await self._execute(record, control)
+            failed = record.status in (CallStatus.FAILED, CallStatus.OUTCOME_UNKNOWN)
+            Tracing.ended(span, record.status.value, (record.result_text or record.status.value) if failed else None)
+            return record
+
+    async def _execute(self, record: ToolCallRecord, control: TurnControl) -> ToolCallRecord:
         reason = None if record.status is CallStatus.SENT else await control.not_started_reason()
         if reason is not None:
             return await self.cancel(record, reason)

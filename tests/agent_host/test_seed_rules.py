@@ -7,18 +7,25 @@ from pathlib import Path
 import anyio
 import httpx
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
 
 from agent_host.domain import texts
 from agent_host.domain.cards import DEFAULT_APPROVAL_TIMEOUT_SECONDS, parse_deadline
 from agent_host.api.host_api import host_app
+from agent_host.approvals.gate import ApprovalGate
 from agent_host.domain.records import CallStatus, ControlKind, TurnStatus
 from agent_host.domain.session_ids import check_session_id, session_id_problem
 from agent_host.gateway_client.tools import CallRequest, CallResult, GatewayTool, GatewayUnavailable, OnAttempt, OnProgress
 from agent_host.models.base import Message, ModelError, ModelRequest, ModelResponse
-from agent_host.models.scripted import call
+from agent_host.models.scripted import ScriptedModelClient, call
 from agent_host.turn.history import IMAGE_TOKENS, message_tokens
 from agent_host.store.session_store import SessionStore
-from agent_host.turn.loop import AgentConfig
+from agent_host.turn.builtins import Builtins
+from agent_host.turn.loop import AgentConfig, TurnLoop
+from agent_host.turn.tracing import Tracing
 from gateway.media.references import ImageReference
 from gateway.conventions.keys import Effect
 from tests.agent_host.host_support import run_agent
@@ -217,3 +224,42 @@ async def test_cancelling_a_turn_abandons_a_started_write_task_but_waits_for_a_p
 
 async def _sent(gateway: Tools, name: str) -> bool:
     return name in gateway.sent
+
+
+@pytest.mark.anyio
+async def test_a_turn_is_traced_with_invoke_agent_chat_and_execute_tool_spans(tmp_path: Path) -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+
+    def script(request: ModelRequest) -> ModelResponse:
+        if request.model_call == 1:
+            return ModelResponse(tool_calls=[call(request, 0, "lookup", text="x"), call(request, 1, "broken", text="y")])
+        return ModelResponse(text="done")
+
+    tools = Tools([tool("lookup", Effect.READ)])
+    async with SessionStore(tmp_path / "t.db") as store:
+        await store.create_session("scripted", "g", "s1")
+        gate = ApprovalGate(store, "auto")
+        loop = TurnLoop(store, ScriptedModelClient(script), tools, gate, Builtins(store, None),
+                        AgentConfig(control_poll_seconds=0.02), tracing=Tracing(provider.get_tracer("test")))
+        turn = await loop.run_turn("s1", "trace me")
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    root = spans["invoke_agent dex-agent"]
+    assert root.attributes is not None and root.attributes["gen_ai.operation.name"] == "invoke_agent"
+    assert root.attributes["gen_ai.conversation.id"] == "s1" and root.attributes["dex.turn.id"] == turn.id
+    chats = [s for s in exporter.get_finished_spans() if s.name == "chat scripted"]
+    assert len(chats) == 2 and all(c.parent is not None and c.parent.span_id == root.context.span_id for c in chats)
+    assert chats[0].attributes is not None and chats[0].attributes["gen_ai.usage.input_tokens"] > 0
+    lookup = spans["execute_tool lookup"]
+    assert lookup.attributes is not None and lookup.attributes["gen_ai.tool.call.id"] == "call_1_0"
+    assert lookup.parent is not None and lookup.parent.span_id == root.context.span_id
+    assert lookup.status.status_code is StatusCode.UNSET
+    assert root.status.status_code is StatusCode.UNSET
+
+
+def test_the_host_exports_spans_when_an_exporter_is_chosen(tmp_path: Path) -> None:
+    done = run_agent("run", "--gateway", "http://127.0.0.1:9/mcp", "--store", str(tmp_path / "s.db"), "hello",
+                     env={"OTEL_TRACES_EXPORTER": "console"})
+    assert done.returncode == 0, done.stderr
+    assert '"name": "invoke_agent dex-agent"' in done.stdout and '"name": "chat scripted"' in done.stdout
