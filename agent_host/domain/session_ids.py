@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import unicodedata
 
+from . import texts
+
 __all__ = ["MAX_SESSION_ID_BYTES", "check_session_id", "session_id_problem"]
 
 MAX_SESSION_ID_BYTES = 128
@@ -16,17 +18,17 @@ def session_id_problem(value: str) -> str | None:
     """None for a valid session id, else what is wrong with it (one line, naming the id)."""
     size = len(value.encode("utf-8", "surrogatepass"))
     if size == 0:
-        return "a session id cannot be empty"
+        return texts.SESSION_ID_EMPTY
     shown = ascii(value[:40]) + ("…" if len(value) > 40 else "")
     if size > MAX_SESSION_ID_BYTES:
-        return f"session id {shown} is {size} bytes long; at most {MAX_SESSION_ID_BYTES} are allowed"
+        return texts.session_id_too_long(shown, size, MAX_SESSION_ID_BYTES)
     for char in value:
         if char in _FORBIDDEN:
-            return f"session id {shown} contains {char!r}; a session id cannot contain /, ? or #"
+            return texts.session_id_forbidden(shown, char)
         if char.isspace():
-            return f"session id {shown} contains whitespace"
+            return texts.session_id_whitespace(shown)
         if unicodedata.category(char) in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"):
-            return f"session id {shown} contains a control or invisible character (U+{ord(char):04X})"
+            return texts.session_id_control(shown, ord(char))
     return None
 
 

@@ -1,4 +1,5 @@
-"""Every text the model sees about the fate of a tool call, in one place.
+"""Every text the model sees about the fate of a tool call, in one place — and the texts of the
+seeds' smaller rules (listing failures, the turn failure note, an abandoned task, session ids).
 
 The loop, the gateway tool source and the built-in tools import these; no other module
 words a tool call's fate, so what the model reads stays consistent and reviewable.
@@ -193,3 +194,24 @@ def listing_failed(detail: str) -> str:
 
 def listing_timed_out(seconds: float) -> str:
     return f"listing them took longer than {seconds:g} s"
+
+
+# Session ids (Collie's id rule) --------------------------------------------------------------------
+
+SESSION_ID_EMPTY = "a session id cannot be empty"
+
+
+def session_id_too_long(shown: str, size: int, limit: int) -> str:
+    return f"session id {shown} is {size} bytes long; at most {limit} are allowed"
+
+
+def session_id_forbidden(shown: str, char: str) -> str:
+    return f"session id {shown} contains {char!r}; a session id cannot contain /, ? or #"
+
+
+def session_id_whitespace(shown: str) -> str:
+    return f"session id {shown} contains whitespace"
+
+
+def session_id_control(shown: str, code: int) -> str:
+    return f"session id {shown} contains a control or invisible character (U+{code:04X})"
