@@ -15,7 +15,7 @@ from typing import Any, TextIO
 import anyio
 
 from ..approvals.gate import ApprovalCard, Decision, time_left
-from ..domain.forms import FormError, FormField, field_value
+from ..domain.forms import FormError, check_form, field_value, form_fields
 from ..domain.plan import shown_plan
 from ..domain.records import ApprovalStatus, CallStatus, ToolCallRecord, TurnRecord, TurnStatus, UsageRecord
 from ..domain.safe_text import arguments_view, terminal_text
@@ -210,9 +210,11 @@ class Console(LoopEvents):
                 self.say("  please pick one of the choices")
 
 
-    async def ask_form(self, question: str, fields: list[FormField]) -> dict[str, Any] | None:
-        """An upstream's form, one field at a time: an empty line skips an optional field and
+    async def ask_form(self, question: str, schema: dict[str, Any]) -> dict[str, Any] | None:
+        """An upstream's form, one field at a time, each value checked against its part of the
+        schema (asked again when it does not fit): an empty line skips an optional field and
         declines the form on a required one."""
+        fields = form_fields(schema)
         async with self._lock:
             self.say(f"  ? {terminal_text(question, 1000)}")
             self.say("    (a form: an empty line skips an optional field, and declines on a required one)")
@@ -238,6 +240,10 @@ class Console(LoopEvents):
                     except FormError as exc:
                         self.say(f"  {terminal_text(str(exc), 300)}")
                         continue
+                    one = {"type": "object", "properties": {field.name: schema["properties"][field.name]}}
+                    if (problem := check_form(one, {field.name: value})) is not None:
+                        self.say(f"  {terminal_text(problem, 300)}")
+                        continue
                     content[field.name] = value
                     break
             return content
@@ -259,5 +265,5 @@ class ConsoleQuestioner:
     async def ask(self, question: str, choices: list[str] | None, allows_free_text: bool) -> str | None:
         return await self._console.ask_question(question, choices, allows_free_text)
 
-    async def ask_form(self, question: str, fields: list[FormField]) -> dict[str, Any] | None:
-        return await self._console.ask_form(question, fields)
+    async def ask_form(self, question: str, schema: dict[str, Any]) -> dict[str, Any] | None:
+        return await self._console.ask_form(question, schema)

@@ -19,7 +19,7 @@ import anyio
 from ..approvals.decisions import first_decision
 from ..domain import texts
 from ..domain.cards import approval_id
-from ..domain.forms import FormError, FormField, check_form, form_fields
+from ..domain.forms import FormError, check_form, form_fields
 from ..domain.records import CallStatus, PlanStatus, QuestionKind, QuestionRecord, QuestionStatus, ToolCallRecord, TurnMode
 from ..gateway_client.connection import FormAsker
 from ..gateway_client.resources import GatewayResources, ResourceError
@@ -125,8 +125,8 @@ class Questioner(Protocol):
         """The user's answer, or None when they decline."""
         ...
 
-    async def ask_form(self, question: str, fields: list[FormField]) -> dict[str, Any] | None:
-        """The user's values of a form's fields, or None when they decline."""
+    async def ask_form(self, question: str, schema: dict[str, Any]) -> dict[str, Any] | None:
+        """The user's values of a form (its requested schema), or None when they decline."""
         ...
 
 
@@ -241,7 +241,7 @@ class Builtins:
         async def prompt() -> None:
             assert questioner is not None
             if form is not None:
-                content = await questioner.ask_form(text, form_fields(form))
+                content = await questioner.ask_form(text, form)
                 if content is not None and check_form(form, content) is None:
                     await self._store.answer_question(question.id, QuestionStatus.ANSWERED, texts.as_json(content), "cli", self._clock())
                 else:

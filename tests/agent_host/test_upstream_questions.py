@@ -87,9 +87,10 @@ def _value(field: dict[str, Any]) -> Any:
 def test_the_terminal_answers_an_upstream_form_field_by_field(tmp_path: Path) -> None:
     node = require_everything()
     config = write_config(tmp_path, {"server": {"stateful": True}, "upstreams": [everything_stdio(node=node)]})
-    # name (required), check yes, four strings skipped, an integer refused once then 7, a number
-    # skipped, a single-select enum picked by its number, the rest skipped.
-    lines = ["Ada", "yes", "", "", "", "", "not a number", "7", "", "2", "", "", "", ""]
+    # name (required), check yes, four strings skipped, an integer refused twice (not a number,
+    # above its maximum of 100) then 7, a number skipped, a single-select enum picked by its number,
+    # the rest skipped.
+    lines = ["Ada", "yes", "", "", "", "", "not a number", "500", "7", "", "2", "", "", "", ""]
     with start_gateway(config) as gateway:
         gateway.wait_for_log("catalog ready", timeout=30)
         proc = dex_agent("--store", str(tmp_path / "s.db"), "run", "--gateway", gateway.url, "--model", SCRIPT, "--yes",
@@ -100,7 +101,7 @@ def test_the_terminal_answers_an_upstream_form_field_by_field(tmp_path: Path) ->
             proc.stop()
     out = proc.output
     assert "(a form: an empty line skips an optional field, and declines on a required one)" in out, out
-    assert "integer: expected an integer" in out, out
+    assert "integer: expected an integer" in out and "field 'integer': 500 is greater than the maximum of 100" in out, out
     results = out.split("RESULTS", 1)[1]
     assert "- Name: Ada" in results and "- Agreed to terms: true" in results and "- Favorite Integer: 7" in results, out
     assert '"untitledSingleSelectEnum": "Rachel"' in results, out
