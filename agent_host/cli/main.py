@@ -146,6 +146,22 @@ def _parser() -> argparse.ArgumentParser:
     decide.add_argument("--url", required=True)
     add_approver_token_args(decide)
     decide.set_defaults(run=cli_admin.approvals_decide)
+
+    questions = sub.add_parser("questions", help="pending questions (ask_user, upstreams' forms) through the host API")
+    qsub = questions.add_subparsers(dest="questions_command", required=True, parser_class=_Parser)
+    qlist = qsub.add_parser("list", help="pending questions, with a form's fields")
+    qlist.add_argument("--url", required=True, help="e.g. http://127.0.0.1:8790")
+    add_approver_token_args(qlist)
+    qlist.set_defaults(run=cli_admin.questions_list)
+    qanswer = qsub.add_parser("answer", help="answer one question, or decline it")
+    qanswer.add_argument("question_id")
+    qanswer.add_argument("--text", help="the answer to an ask_user question")
+    qanswer.add_argument("--field", action="append", default=[], metavar="NAME=VALUE",
+                         help="a form field's value (JSON when it reads as JSON: true, 7, [\"a\"]; else text); repeatable")
+    qanswer.add_argument("--decline", action="store_true")
+    qanswer.add_argument("--url", required=True)
+    add_approver_token_args(qanswer)
+    qanswer.set_defaults(run=cli_admin.questions_answer)
     return parser
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.agent_host.host_support import Proc, dex_agent
+from tests.agent_host.host_support import Proc, dex_agent, run_agent
 from tests.support.everything import everything_stdio, require_everything
 from tests.support.gateway import http_upstream, start_gateway, write_config
 from tests.support.servers import free_port, read_executions, start_http_server
@@ -107,10 +107,11 @@ def test_the_terminal_answers_an_upstream_form_field_by_field(tmp_path: Path) ->
     assert '"untitledSingleSelectEnum": "Rachel"' in results, out
 
 
-def test_a_task_in_input_required_is_a_session_question_answered_over_the_api(tmp_path: Path) -> None:
+def test_a_task_in_input_required_is_a_session_question_answered_from_the_cli(tmp_path: Path) -> None:
     """examples/servers/tasks_server.py on 2026-07-28: confirm_delete runs as an upstream task that
     goes input_required; the stateful gateway carries its question to the host's own request, and
-    the answer given over the API reaches the task, which then deletes."""
+    the answer given with `dex-agent questions answer` (the host API) reaches the task, which then
+    deletes, once."""
     port = free_port()
     with start_http_server("tasks_server", state_dir=tmp_path / "t") as upstream:
         config = write_config(tmp_path, {"server": {"stateful": True}, "upstreams": [http_upstream("t", upstream.url)]})
@@ -123,9 +124,17 @@ def test_a_task_in_input_required_is_a_session_question_answered_over_the_api(tm
                 question = pending(port, proc, "questions")
                 assert question["kind"] == "elicitation" and question["question"] == "Delete a.txt?", question
                 assert {f["name"]: f["type"] for f in question["fields"]} == {"confirm": "boolean", "name": "string"}
-                url = f"http://127.0.0.1:{port}/questions/{question['id']}"
-                answered = httpx.post(url, json={"content": {"confirm": True}}, headers=APPROVER)
-                assert answered.status_code == 200, answered.text
+                # Answered from another terminal: `dex-agent questions list|answer`.
+                api = f"http://127.0.0.1:{port}"
+                env = {"DEX_APPROVER_TOKEN": "approver-secret"}
+                listed = run_agent("questions", "list", "--url", api, env=env)
+                assert listed.returncode == 0 and json.loads(listed.stdout)["questions"][0]["id"] == question["id"]
+                wrong = run_agent("questions", "answer", question["id"], "--field", "confirm=maybe", "--url", api, env=env)
+                assert wrong.returncode == 1
+                assert "the answer does not fit the form: field 'confirm': 'maybe' is not of type 'boolean'" in wrong.stderr
+                answered = run_agent("questions", "answer", question["id"], "--field", "confirm=true", "--url", api, env=env)
+                assert answered.returncode == 0, answered.stderr
+                assert json.loads(answered.stdout)["question"]["status"] == "answered"
                 assert proc.finish() == 0, proc.output
             finally:
                 proc.stop()
