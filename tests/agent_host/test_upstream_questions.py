@@ -114,7 +114,10 @@ def test_a_task_in_input_required_is_a_session_question_answered_from_the_cli(tm
     deletes, once."""
     port = free_port()
     with start_http_server("tasks_server", state_dir=tmp_path / "t") as upstream:
-        config = write_config(tmp_path, {"server": {"stateful": True}, "upstreams": [http_upstream("t", upstream.url)]})
+        # The upstream pinned to 2026-07-28 (with `auto`, a caller that can be asked reaches this
+        # both-eras server over the handshake, where its plain call never asks).
+        upstreams = [http_upstream("t", upstream.url, protocol="2026-07-28")]
+        config = write_config(tmp_path, {"server": {"stateful": True}, "upstreams": upstreams})
         with start_gateway(config) as gateway:
             gateway.wait_for_log("catalog ready", timeout=30)
             proc = dex_agent("--store", str(tmp_path / "s.db"), "run", "--gateway", gateway.url, "--model", SCRIPT,
