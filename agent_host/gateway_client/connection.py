@@ -21,6 +21,8 @@ from mcp import Client
 from mcp.client.session import ClientRequestContext, ElicitationFnT
 from mcp.client.streamable_http import streamable_http_client
 
+from gateway.internals import FormOnlyElicitationClient
+
 from ..domain.credentials import TOKEN_ENV, TOKEN_FILE_FLAG
 from .credential import Credential, CredentialError, StaticToken, as_credential
 
@@ -117,7 +119,7 @@ class GatewayConnection:
                 http = await stack.enter_async_context(
                     httpx2.AsyncClient(headers=headers, timeout=timeout, event_hooks={"response": [statuses.record]})
                 )
-                client = Client(
+                client = FormOnlyElicitationClient(
                     streamable_http_client(self.url, http_client=http),
                     mode="legacy",
                     cache=None,

@@ -12,7 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import mcp_types as types
 import pytest
+from mcp.server import Server
+
+from gateway.internals import FormOnlyElicitationClient
 
 from tests.agent_host.host_support import Proc, dex_agent, run_agent
 from tests.support.everything import everything_stdio, require_everything
@@ -164,3 +168,26 @@ def test_tool_progress_reaches_the_session_event_stream(tmp_path: Path) -> None:
     progress = [json.loads(data) for (data,) in rows]
     assert [(p["progress"], p["total"]) for p in progress] == [(1, 3), (2, 3), (3, 3)], progress
     assert progress[0]["tool_call_id"] == "call_1_0"
+
+
+@pytest.mark.anyio
+async def test_the_host_declares_elicitation_in_form_mode_only() -> None:
+    """What a server sees in `initialize`: elicitation with form, without URL mode (the SDK alone
+    declares both); a session without a form asker declares none."""
+    seen: list[types.ClientCapabilities | None] = []
+
+    async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+        seen.append(ctx.session.client_params.capabilities if ctx.session.client_params else None)
+        return types.ListToolsResult(tools=[])
+
+    async def decline(context: Any, params: Any) -> types.ElicitResult:
+        return types.ElicitResult(action="decline")
+
+    server = Server("caps", on_list_tools=list_tools)
+    async with FormOnlyElicitationClient(server, mode="legacy", elicitation_callback=decline) as client:
+        await client.list_tools()
+    async with FormOnlyElicitationClient(server, mode="legacy") as client:
+        await client.list_tools()
+    asked, plain = seen
+    assert asked is not None and asked.elicitation == types.ElicitationCapability(form=types.FormElicitationCapability())
+    assert plain is not None and plain.elicitation is None
