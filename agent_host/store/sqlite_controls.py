@@ -16,9 +16,11 @@ import time
 from ..domain import session_events as events
 from ..domain.records import (
     ApprovalStatus,
+    CancelReason,
     ControlKind,
     ControlRecord,
     PlanStatus,
+    QuestionKind,
     QuestionRecord,
     QuestionStatus,
     TurnStatus,
@@ -101,7 +103,9 @@ class SqliteControls(SqliteBase):
         return row is not None
 
     def cancel_waits(self, session_id: str, turn_id: str, by: str) -> None:
-        """Close the turn's pending approvals and questions: a later decision gets this one back."""
+        """Close the turn's pending approvals and questions: a later decision gets this one back.
+        A steer leaves an upstream's question alone (its call has started and runs to its end);
+        a cancelled turn closes it too."""
         now = time.time()
         with self._tx() as db:
             for approval_id in self._pending_ids(db, "approvals", session_id, turn_id):
@@ -110,10 +114,16 @@ class SqliteControls(SqliteBase):
                 assert approval is not None
                 self._approval_event(db, approval)
             for question_id in self._pending_ids(db, "questions", session_id, turn_id):
+                if by == CancelReason.STEERED.value and self._question_kind(db, question_id) is not QuestionKind.ASK_USER:
+                    continue
                 self._decide_first(db, "questions", question_id, QuestionStatus.CANCELLED.value, by, None, now)
                 self._question_event(db, question_id)
 
     # Questions ----------------------------------------------------------------------------------
+
+    def _question_kind(self, db: sqlite3.Connection, question_id: str) -> QuestionKind:
+        row = db.execute("SELECT kind FROM questions WHERE id = ?", (question_id,)).fetchone()
+        return QuestionKind(row["kind"]) if row is not None and row["kind"] else QuestionKind.ASK_USER
 
     def create_question(self, record: QuestionRecord) -> QuestionRecord:
         """Idempotent, like approvals: the same call asked again after a restart keeps its row."""

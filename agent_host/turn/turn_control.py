@@ -104,6 +104,9 @@ class TurnControl:
             first = cancels[0]
             self.cancel_reason = texts.turn_cancelled_reason(first.source, first.text)
             self._cancel(set(Section))
+            # Questions an upstream asks during a started write end now too (the upstream gets
+            # `cancel`), so the write can reach its end.
+            await self._store.cancel_waits(self.session_id, self.turn_id, CancelReason.TURN_CANCELLED.value)
             for scope in list(self._tasks):
                 scope.cancel()
         elif self._steering:

@@ -16,7 +16,7 @@ from agent_host.domain import texts
 from agent_host.domain.cards import DEFAULT_APPROVAL_TIMEOUT_SECONDS, parse_deadline
 from agent_host.api.host_api import host_app
 from agent_host.approvals.gate import ApprovalGate
-from agent_host.domain.records import CallStatus, ControlKind, TurnStatus
+from agent_host.domain.records import CallStatus, ControlKind, QuestionStatus, TurnStatus
 from agent_host.domain.session_ids import check_session_id, session_id_problem
 from agent_host.gateway_client.tools import CallRequest, CallResult, GatewayTool, GatewayUnavailable, OnAttempt, OnProgress
 from agent_host.models.base import Message, ModelError, ModelRequest, ModelResponse
@@ -263,3 +263,52 @@ def test_the_host_exports_spans_when_an_exporter_is_chosen(tmp_path: Path) -> No
                      env={"OTEL_TRACES_EXPORTER": "console"})
     assert done.returncode == 0, done.stderr
     assert '"name": "invoke_agent dex-agent"' in done.stdout and '"name": "chat scripted"' in done.stdout
+
+
+class _AskingGateway(Tools):
+    """`confirm` (a write) asks the user a form through the host's form asker, then answers with
+    what it got."""
+
+    FORM = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+
+    def __init__(self) -> None:
+        super().__init__([tool("confirm", Effect.IDEMPOTENT_WRITE)])
+
+    async def call(self, request: CallRequest, on_attempt: OnAttempt | None = None,
+                   on_progress: OnProgress | None = None) -> CallResult:
+        if on_attempt is not None:
+            await on_attempt(1)
+        self.sent.append(request.name)
+        assert request.ask_form is not None
+        action, content = await request.ask_form("Go ahead?", self.FORM)
+        return CallResult(status=CallStatus.SUCCEEDED, text=f"{action} {content}", attempts=1)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("control", ["steer", "cancel"])
+async def test_a_steer_leaves_an_upstream_question_open_and_a_cancel_closes_it(tmp_path: Path, control: str) -> None:
+    def script(request: ModelRequest) -> ModelResponse:
+        if request.model_call == 1:
+            return ModelResponse(tool_calls=[call(request, 0, "confirm", text="x")])
+        return ModelResponse(text="done")
+
+    async with host(tmp_path, script, _AskingGateway()) as h:
+        async def act() -> None:
+            [question] = await eventually(lambda: h.store.pending_questions("s1"))
+            assert question.kind.value == "elicitation" and question.form == _AskingGateway.FORM
+            kind = ControlKind.STEER if control == "steer" else ControlKind.CANCEL
+            await h.store.request_control("s1", kind, "test", "use staging" if control == "steer" else None, None)
+            await anyio.sleep(0.3)  # the running turn has seen the control
+            if control == "steer":
+                assert [q.id for q in await h.store.pending_questions("s1")] == [question.id]
+                await h.store.answer_question(question.id, QuestionStatus.ANSWERED, '{"ok": true}', "http", 0.0)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(act)
+            with anyio.fail_after(10):
+                turn = await h.loop.run_turn("s1", "confirm it")
+        [record] = await h.store.tool_calls("s1", turn.id)
+    if control == "steer":
+        assert record.result_text == "accept {'ok': True}"
+    else:
+        assert turn.status is TurnStatus.CANCELLED and record.result_text == "cancel None"
