@@ -14,6 +14,8 @@ somewhere else silently:
 * OpenTelemetry's sampler chosen by `OTEL_TRACES_SAMPLER` (`_get_from_env_or_default`);
 * the SDK client session's per-era stamp (`_stamp`) and dispatcher (`_dispatcher`), for the
   requests its typed methods do not know (the agent host's task methods);
+* the SDK client's request clock (`mcp.shared._request_clock.waiting_on_a_person`), stopped while
+  an elicitation waits for a person, so a request's timeout measures the peer only;
 * the SDK client's capability builder (`Client._build_session`, `ClientSession._build_capabilities`),
   to declare elicitation in form mode only (the SDK declares form and URL with any callback).
 """
@@ -21,7 +23,8 @@ somewhere else silently:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from contextlib import AsyncExitStack
+from collections.abc import Iterator
+from contextlib import AsyncExitStack, contextmanager
 from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
@@ -36,6 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FormOnlyElicitationClient",
+    "off_the_request_clock",
     "admit_session",
     "client_raw_request",
     "replace_sdk_tracing",
@@ -104,3 +108,12 @@ class FormOnlyElicitationClient(Client):
 
         session._build_capabilities = form_only  # type: ignore[method-assign]
         return session
+
+
+@contextmanager
+def off_the_request_clock() -> Iterator[None]:
+    """Stop the timeout clock of the request being served (a question to a person during it)."""
+    from mcp.shared._request_clock import waiting_on_a_person
+
+    with waiting_on_a_person():
+        yield

@@ -21,7 +21,7 @@ from mcp import Client
 from mcp.client.session import ClientRequestContext, ElicitationFnT
 from mcp.client.streamable_http import streamable_http_client
 
-from gateway.internals import FormOnlyElicitationClient
+from gateway.internals import FormOnlyElicitationClient, off_the_request_clock
 
 from ..domain.credentials import TOKEN_ENV, TOKEN_FILE_FLAG
 from .credential import Credential, CredentialError, StaticToken, as_credential
@@ -41,7 +41,8 @@ def elicitation_callback(ask: FormAsker) -> ElicitationFnT:
     async def callback(context: ClientRequestContext, params: types.ElicitRequestParams) -> types.ElicitResult:
         if not isinstance(params, types.ElicitRequestFormParams):
             return types.ElicitResult(action="decline")
-        action, content = await ask(params.message, dict(params.requested_schema))
+        with off_the_request_clock():  # the call's timeout measures the gateway, not the person
+            action, content = await ask(params.message, dict(params.requested_schema))
         if action == "accept":
             return types.ElicitResult(action="accept", content=content)
         return types.ElicitResult(action="decline" if action == "decline" else "cancel")

@@ -191,3 +191,26 @@ async def test_the_host_declares_elicitation_in_form_mode_only() -> None:
     asked, plain = seen
     assert asked is not None and asked.elicitation == types.ElicitationCapability(form=types.FormElicitationCapability())
     assert plain is not None and plain.elicitation is None
+
+
+def test_a_question_outlasts_the_call_timeout(tmp_path: Path) -> None:
+    """The call's timeout measures the gateway, not the person: its clock stops while the question
+    waits (answered here after 2.5 s with --call-timeout 1)."""
+    node = require_everything()
+    config = write_config(tmp_path, {"server": {"stateful": True}, "upstreams": [everything_stdio(node=node)]})
+    port = free_port()
+    with start_gateway(config) as gateway:
+        gateway.wait_for_log("catalog ready", timeout=30)
+        proc = dex_agent("--store", str(tmp_path / "s.db"), "run", "--gateway", gateway.url, "--model", SCRIPT, "--yes",
+                         "--call-timeout", "1", "--approvals-port", str(port), "trigger-elicitation-request",
+                         env={"DEX_APPROVER_TOKEN": "approver-secret"})
+        try:
+            question = pending(port, proc, "questions")
+            time.sleep(2.5)
+            answered = httpx.post(f"http://127.0.0.1:{port}/questions/{question['id']}", json={"content": {"name": "Ada"}},
+                                  headers=APPROVER)
+            assert answered.status_code == 200, answered.text
+            assert proc.finish() == 0, proc.output
+        finally:
+            proc.stop()
+    assert "- Name: Ada" in proc.output.split("RESULTS", 1)[1], proc.output
