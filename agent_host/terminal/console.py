@@ -246,6 +246,15 @@ class Console(LoopEvents):
                         continue
                     content[field.name] = value
                     break
+            if not any(f.required for f in fields):
+                # Nothing had to be typed (an empty form: a yes/no question, such as the gateway's
+                # approval of a call): sending it is a decision of its own, never a default.
+                line = await self.readline("  send this answer (accept)? [y/N]> ", fresh=True)
+                if line is None and self.others_can_answer:
+                    self.say("  (no answer on stdin: waiting for the web page / HTTP API or the deadline)")
+                    await anyio.sleep_forever()
+                if line is None or line.strip().lower() not in ("y", "yes"):
+                    return None
             return content
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import anyio
@@ -23,6 +24,7 @@ from agent_host.models.base import Message, ModelError, ModelRequest, ModelRespo
 from agent_host.models.scripted import ScriptedModelClient, call
 from agent_host.turn.history import IMAGE_TOKENS, message_tokens
 from agent_host.store.session_store import SessionStore
+from agent_host.terminal.console import Console
 from agent_host.turn.builtins import Builtins
 from agent_host.turn.loop import AgentConfig, TurnLoop
 from agent_host.turn.tracing import Tracing
@@ -312,3 +314,16 @@ async def test_a_steer_leaves_an_upstream_question_open_and_a_cancel_closes_it(t
         assert record.result_text == "accept {'ok': True}"
     else:
         assert turn.status is TurnStatus.CANCELLED and record.result_text == "cancel None"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("typed", "expected"), [("y\n", {}), ("\n", None), ("n\n", None), ("", None)])
+async def test_an_empty_form_is_accepted_at_the_terminal_only_by_a_yes(typed: str, expected: object) -> None:
+    """An upstream's (or the gateway's approval) form without fields is a yes/no question: Enter or
+    end of input declines it, never accepts it."""
+    out = io.StringIO()
+    console = Console(out=out, stdin=io.StringIO(typed))
+    with anyio.fail_after(5):
+        answer = await console.ask_form("Allow ide-agent to run billing__refund?", {"type": "object", "properties": {}})
+    assert answer == expected
+    assert "send this answer (accept)? [y/N]>" in out.getvalue()
