@@ -214,3 +214,29 @@ def test_a_question_outlasts_the_call_timeout(tmp_path: Path) -> None:
         finally:
             proc.stop()
     assert "- Name: Ada" in proc.output.split("RESULTS", 1)[1], proc.output
+
+
+def test_the_gateways_approval_question_reaches_the_host_user(tmp_path: Path) -> None:
+    """A gateway `require_approval` policy rule holds the call and asks the caller's user through
+    elicitation (stateful gateway): the host shows it as a session question, and the user's yes
+    over the API lets the call run."""
+    node = require_everything()
+    rule = {"name": "echo-needs-a-yes", "tools": ["everything__echo"], "effect": "require_approval",
+            "message": "echo needs a yes"}
+    config = write_config(tmp_path, {"server": {"stateful": True}, "upstreams": [everything_stdio(node=node)],
+                                     "policy": {"rules": [rule]}})
+    port = free_port()
+    with start_gateway(config) as gateway:
+        gateway.wait_for_log("catalog ready", timeout=30)
+        proc = dex_agent("--store", str(tmp_path / "s.db"), "run", "--gateway", gateway.url, "--model", SCRIPT, "--yes",
+                         "--approvals-port", str(port), 'echo {"message": "hi"}', env={"DEX_APPROVER_TOKEN": "approver-secret"})
+        try:
+            question = pending(port, proc, "questions")
+            assert question["kind"] == "elicitation" and question["fields"] == []
+            assert "everything__echo" in question["question"] and "echo needs a yes" in question["question"]
+            answered = httpx.post(f"http://127.0.0.1:{port}/questions/{question['id']}", json={"content": {}}, headers=APPROVER)
+            assert answered.status_code == 200, answered.text
+            assert proc.finish() == 0, proc.output
+        finally:
+            proc.stop()
+    assert "RESULTS everything__echo=Echo: hi" in proc.output, proc.output
