@@ -17,6 +17,9 @@ from typing import Any
 
 import anyio
 
+from gateway.config.ops import TelemetryConfig
+from gateway.telemetry import Telemetry
+
 from .api.approvals_api import checked_tokens
 from .api.approvals_server import ApprovalsServer, bind_loopback
 from .api.guard import ApiGuardSettings, api_guard_settings
@@ -38,6 +41,7 @@ from .terminal.console import Console, ConsoleQuestioner
 from .turn.builtins import Builtins
 from .turn.continuation import load_hook
 from .turn.loop import AgentConfig, TurnLoop
+from .turn.tracing import SCOPE as TRACING_SCOPE
 
 DEFAULT_MODEL = "scripted"
 
@@ -131,11 +135,16 @@ async def open_host(args: argparse.Namespace, console: Console, setting_changes:
         mode: ApprovalMode = "auto" if args.yes else args.approve
         console.others_can_answer = api is not None
         gate = ApprovalGate(store, mode, prompter=console, timeout_seconds=args.approval_timeout, on_card=console.approval_card)
-        builtins = Builtins(store, ConsoleQuestioner(console), question_timeout=args.approval_timeout, api_answers=api is not None)
         library = image_library(store_path(args.store), args.gateway, credential)
         tools = GatewayToolSource(args.gateway, token=credential, call_timeout=args.call_timeout, images=library,
                                   tasks=HostTasks(store_path(args.store)))
+        builtins = Builtins(store, ConsoleQuestioner(console), question_timeout=args.approval_timeout, api_answers=api is not None,
+                            resources=tools.resources)
         config = AgentConfig(max_model_calls=args.max_model_calls, **({"instructions": args.instructions} if args.instructions else {}))
+        # Spans only when an exporter is chosen (OTEL_TRACES_EXPORTER=otlp|console), as for the gateway.
+        telemetry = Telemetry.from_config(TelemetryConfig(service_name=TRACING_SCOPE, metrics=False))
+        telemetry.install()
+        stack.callback(telemetry.shutdown)
         loop = TurnLoop(store, model, tools, gate, builtins, config, console, models=resolve, continuation=hook, images=library)
         async with anyio.create_task_group() as tg:
             server: ApprovalsServer | None = None

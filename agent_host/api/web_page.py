@@ -17,6 +17,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from ..domain.session_ids import session_id_problem
+
 CONTENT_SECURITY_POLICY = (
     "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; "
     "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
@@ -45,6 +47,8 @@ def _asset(name: str) -> Response:
 
 def page_routes() -> list[Route]:
     async def page(request: Request) -> Response:
+        if (problem := session_id_problem(request.path_params["session_id"])) is not None:
+            return Response(problem, status_code=400, media_type="text/plain; charset=utf-8", headers=_HEADERS)
         return _asset("page.html")
 
     async def script(request: Request) -> Response:

@@ -17,6 +17,8 @@ from gateway.errors import StoreError
 
 from ..api.guard import add_api_guard_args
 from ..approvals.gate import DEFAULT_APPROVAL_TIMEOUT_SECONDS
+from ..domain.cards import parse_deadline
+from ..domain.session_ids import check_session_id
 from ..domain.credentials import RemovedFlag, add_approver_token_args, add_issuer_args, add_token_args
 from ..gateway_client.connection import describe
 from . import admin as cli_admin
@@ -169,7 +171,37 @@ def _parser() -> argparse.ArgumentParser:
     decide.add_argument("--url", required=True)
     add_approver_token_args(decide)
     decide.set_defaults(run=cli_admin.approvals_decide)
+
+    questions = sub.add_parser("questions", help="pending questions (ask_user, upstreams' forms) through the host API")
+    qsub = questions.add_subparsers(dest="questions_command", required=True, parser_class=_Parser)
+    qlist = qsub.add_parser("list", help="pending questions, with a form's fields")
+    qlist.add_argument("--url", required=True, help="e.g. http://127.0.0.1:8790")
+    add_approver_token_args(qlist)
+    qlist.set_defaults(run=cli_admin.questions_list)
+    qanswer = qsub.add_parser("answer", help="answer one question, or decline it")
+    qanswer.add_argument("question_id")
+    qanswer.add_argument("--text", help="the answer to an ask_user question")
+    qanswer.add_argument("--field", action="append", default=[], metavar="NAME=VALUE",
+                         help="a form field's value (JSON when it reads as JSON: true, 7, [\"a\"]; else text); repeatable")
+    qanswer.add_argument("--decline", action="store_true")
+    qanswer.add_argument("--url", required=True)
+    add_approver_token_args(qanswer)
+    qanswer.set_defaults(run=cli_admin.questions_answer)
     return parser
+
+
+def _deadline(value: str) -> float | None:
+    try:
+        return parse_deadline(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _session_id(value: str) -> str:
+    try:
+        return check_session_id(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _store_arg(parser: argparse.ArgumentParser, default: object = argparse.SUPPRESS) -> None:
@@ -186,12 +218,13 @@ def _agent_args(parser: argparse.ArgumentParser, demo: bool = False) -> None:
                         help="scripted | scripted:module:function | openai:<model> (default: the session's model, else scripted)")
     parser.add_argument("--openai-base-url", help="OpenAI-compatible base URL (default $DEX_AGENT_OPENAI_BASE_URL, $OPENAI_BASE_URL or api.openai.com); the key comes from $DEX_AGENT_OPENAI_API_KEY or $OPENAI_API_KEY")
     parser.add_argument("--no-stream", action="store_true", help="ask the model API for whole answers")
-    parser.add_argument("--session", help="session id: resume or continue it (created when new)")
+    parser.add_argument("--session", type=_session_id,
+                        help="session id: resume or continue it (created when new; 1-128 bytes, no spaces, control characters or /?#)")
     parser.add_argument("--approve", choices=("prompt", "auto", "api"), default="auto" if demo else "prompt",
                         help="who decides approvals: the terminal, nobody (auto-allow), or only the HTTP API")
     parser.add_argument("--yes", "-y", action="store_true", help="same as --approve auto")
-    parser.add_argument("--approval-timeout", type=float, default=DEFAULT_APPROVAL_TIMEOUT_SECONDS,
-                        help="seconds before a pending approval or question is rejected")
+    parser.add_argument("--approval-timeout", type=_deadline, default=DEFAULT_APPROVAL_TIMEOUT_SECONDS, metavar="SECONDS|none",
+                        help="seconds before a pending approval or question is rejected (default none: no deadline)")
     parser.add_argument("--approvals-port", type=int,
                         help="also serve the host API (approvals, questions, steer, cancel, the live stream) and the web page on 127.0.0.1:PORT")
     add_approver_token_args(parser)

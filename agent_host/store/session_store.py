@@ -159,6 +159,7 @@ class SessionStore:
     usage_totals = _OffThread(SqliteSessionStore.usage_totals)
     record_compaction = _OffThread(SqliteSessionStore.record_compaction)
     compactions = _OffThread(SqliteSessionStore.compactions)
+    apply_retention = _OffThread(SqliteSessionStore.apply_retention)
     append_event = _OffThread(SqliteSessionStore.append_event)
     events_after = _OffThread(SqliteSessionStore.events_after)
 

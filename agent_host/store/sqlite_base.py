@@ -83,6 +83,7 @@ _ADDED_COLUMNS: dict[str, list[tuple[str, str]]] = {
     ],
     "tool_calls": [("cancel_reason", "TEXT"), ("images", "TEXT")],
     "messages": [("message_id", "TEXT")],
+    "questions": [("kind", "TEXT NOT NULL DEFAULT 'ask_user'"), ("form", "TEXT")],
 }
 
 

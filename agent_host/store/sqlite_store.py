@@ -19,6 +19,7 @@ from typing import Any
 
 from gateway.media.references import ImageReference
 
+from ..domain.session_ids import check_session_id
 from ..domain import session_events as events
 from ..domain import texts
 from ..domain.records import (
@@ -46,7 +47,7 @@ class SqliteSessionStore(SqliteControls, SqliteLedger, SqliteService):
     def create_session(
         self, model: str, gateway: str, session_id: str | None = None, settings: dict[str, Any] | None = None
     ) -> SessionRecord:
-        sid = session_id or "s-" + uuid.uuid4().hex[:12]
+        sid = check_session_id(session_id) if session_id is not None else "s-" + uuid.uuid4().hex[:12]
         with self._tx() as db:
             db.execute(
                 "INSERT INTO sessions (id, created_at, model, gateway, settings) VALUES (?, ?, ?, ?, ?)",

@@ -151,6 +151,15 @@
     found.badge.textContent = status;
     found.badge.dataset.status = data.status;
     found.result.textContent = data.result || "";
+    found.final = data.result !== null && data.result !== undefined;
+  }
+
+  // Tool progress (an upstream's notifications/progress): shown on the call until its result.
+  function onToolProgress(data) {
+    const found = state.toolCalls.get(data.tool_call_id);
+    if (!found || found.final) return;
+    const amount = data.total ? data.progress + "/" + data.total : String(data.progress);
+    found.result.textContent = "progress " + amount + (data.message ? ": " + data.message : "");
   }
 
   function onTurnStarted(data) {
@@ -259,10 +268,18 @@
   function onQuestion(data) {
     let card = state.questions.get(data.id);
     if (!card) {
-      card = newCard("question", data.id, "The agent asks", state.questions, $("questions"));
+      const form = data.kind === "elicitation" && Array.isArray(data.fields);
+      card = newCard("question", data.id, form ? "A tool asks" : "The agent asks", state.questions, $("questions"));
       card.node.appendChild(el("p", "question-text", data.question));
       card.deadline = el("p", "deadline");
       card.node.appendChild(card.deadline);
+      if (form) {
+        card.controls = formControls(data, card);
+        card.node.appendChild(card.controls);
+        card.node.appendChild(card.outcome);
+        const answered = data.answer ? "“" + data.answer + "”" : null;
+        return showState(card, data, [card.controls], outcomeText(data.status, data.answered_by, answered));
+      }
       card.controls = el("form", "answers");
       const choices = el("div", "row choices");
       for (const choice of data.choices || []) choices.appendChild(button(choice, "choice", () => answer(data.id, choice)));
@@ -285,6 +302,73 @@
     }
     const answered = data.answer ? "“" + data.answer + "”" : null;
     showState(card, data, [card.controls], outcomeText(data.status, data.answered_by, answered));
+  }
+
+  // An upstream's form (elicitation): one input per field, by its type; answered with its values.
+  function formControls(data, card) {
+    const controls = el("form", "answers form-question");
+    const readers = [];
+    for (const field of data.fields) {
+      const label = el("label", "", (field.title || field.name) + (field.required ? " *" : ""));
+      if (field.description) label.appendChild(el("span", "meta", " " + field.description));
+      let read;
+      if (field.type === "boolean") {
+        const box = el("input");
+        box.type = "checkbox";
+        label.appendChild(box);
+        read = () => box.checked;
+      } else if (field.enum && field.type === "array") {
+        const boxes = field.enum.map((value, i) => {
+          const option = el("label", "choice", (field.enum_titles || field.enum)[i]);
+          const box = el("input");
+          box.type = "checkbox";
+          box.value = value;
+          option.prepend(box);
+          label.appendChild(option);
+          return box;
+        });
+        read = () => { const picked = boxes.filter((b) => b.checked).map((b) => b.value); return picked.length ? picked : undefined; };
+      } else if (field.enum) {
+        const select = el("select");
+        select.appendChild(el("option", "", ""));
+        field.enum.forEach((value, i) => {
+          const option = el("option", "", (field.enum_titles || field.enum)[i]);
+          option.value = value;
+          select.appendChild(option);
+        });
+        label.appendChild(select);
+        read = () => select.value || undefined;
+      } else {
+        const input = el("input");
+        input.type = field.type === "string" ? "text" : "number";
+        if (field.type === "number") input.step = "any";
+        label.appendChild(input);
+        read = () => input.value === "" ? undefined : (field.type === "string" ? input.value : Number(input.value));
+      }
+      readers.push([field.name, read]);
+      controls.appendChild(label);
+    }
+    const send = el("button", "", "Send");
+    send.type = "submit";
+    controls.appendChild(send);
+    controls.appendChild(button("Decline", "danger", () => answer(data.id, null)));
+    controls.addEventListener("submit", (event) => {
+      event.preventDefault();
+      const content = {};
+      for (const [name, read] of readers) {
+        const value = read();
+        if (value !== undefined) content[name] = value;
+      }
+      answerForm(data.id, content);
+    });
+    return controls;
+  }
+
+  async function answerForm(id, content) {
+    const result = await api("POST", "/questions/" + encodeURIComponent(id), { content });
+    if (!result.ok) return showError(result.data.error || "the answer was refused (HTTP " + result.status + ")");
+    showError("");
+    onQuestion(result.data.question);
   }
 
   async function answer(id, text) {
@@ -342,7 +426,7 @@
 
   const handlers = {
     turn_started: onTurnStarted, turn_finished: onTurnFinished, message: onMessage, delta: onDelta,
-    tool_call: onToolCall, approval: onApproval, question: onQuestion, plan: onPlan, usage: onUsage,
+    tool_call: onToolCall, tool_progress: onToolProgress, approval: onApproval, question: onQuestion, plan: onPlan, usage: onUsage,
     control: onControl,
     queue: () => refreshQueue(),
     compaction: (d) => entry("meta", "", "earlier messages were summarised (" + d.replaced_messages + " replaced)"),
