@@ -24,6 +24,10 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..pipeline.telemetry import CallTelemetry
+from ..pipeline.audit import CallAudit
+from ..audit import AuditLog
+from ..audit.admin_api import audit_routes
+from ..audit.runtime import open_audit, start_audit
 from ..pipeline.calls import CallPipeline
 from ..pipeline.rounds import Parking
 from ..pipeline.catalog import Catalog
@@ -75,6 +79,7 @@ class Runtime:
     media: Media
     listen: ListenStreams
     tasks: Tasks | None = None
+    audit: AuditLog | None = None  # None: audit.enabled false
     # The front below authentication: tools/call and tools/list for an Identity.
     front: Front | None = None
     # Every upstream has been asked for its tools once (reported by /readyz, not gated on:
@@ -133,11 +138,12 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
         async with (
             anyio.create_task_group() as tg, database, opened(open_fence_store(database)) as store, connectors,
             open_media(config.media, database) as media, open_tasks_store(config.tasks, database) as task_store,
+            open_audit(config.audit, database) as audit,
         ):
             if config.connectors.dir:
                 await connectors.load_dir(config.connectors.dir)
             runtime = await _build_runtime(config, tg, store, authenticator, connectors, media, task_store, ops=ops,
-                                           supervisor=supervisor)
+                                           supervisor=supervisor, audit=audit)
             holder.runtime = runtime
             app.state.runtime = runtime
             holder.started = True
@@ -148,6 +154,8 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
                         retention, config.fences.sweep_interval_seconds))
                     tg.start_soon(supervisor.loop, "fence lease renewer", runtime.fences.run_renewer)
                     tg.start_soon(supervisor.once, "catalog warm-up", lambda: _warm_up(runtime))
+                    if audit is not None:
+                        start_audit(config.audit, audit, lambda work, fn: tg.start_soon(supervisor.loop, work, fn))
                     yield runtime
             finally:
                 holder.runtime = None
@@ -196,6 +204,8 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
     ]
     routes.extend(protected_resource_routes(config))  # RFC 9728, with auth.oauth
     routes.extend(admin_routes(connectors, _admin_check(authenticator)))
+    routes.extend(audit_routes(lambda: (None if holder.runtime is None else holder.runtime.audit, holder.runtime is not None),
+                               _admin_check(authenticator)))
     routes.extend(ops.routes(authenticator))
     app = _GatewayApp(config.server.path, ops.edge(front, authenticator), routes=routes, lifespan=lifespan)
     app.guard_admin(HostOriginPolicy(config.server))
@@ -274,6 +284,7 @@ async def _build_runtime(
     *,
     ops: Operations,
     supervisor: Supervisor | None = None,
+    audit: AuditLog | None = None,
 ) -> Runtime:
     supervisor = supervisor or Supervisor(ops.telemetry.metrics)
 
@@ -315,7 +326,7 @@ async def _build_runtime(
     pipeline = CallPipeline(
         catalog, upstreams, fences, scope, max_result_bytes=config.server.max_result_bytes, media=media.stage,
         upstream_tasks=task_requests(config.tasks), telemetry=CallTelemetry.of(ops.telemetry), limits=ops.limits,
-        parking=parking, policy=policy,
+        parking=parking, policy=policy, audit=CallAudit(audit),
     )
     tasks = start_tasks(config.tasks, task_store, tg, pipeline=pipeline, fences=fences,
                         upstreams=upstreams, server_info=SERVER_INFO, supervisor=supervisor)
@@ -345,6 +356,7 @@ async def _build_runtime(
         tasks=tasks,
         supervisor=supervisor,
         front=front,
+        audit=audit,
     )
 
 

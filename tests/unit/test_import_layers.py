@@ -31,6 +31,7 @@ LAYERS: dict[str, list[str]] = {
         "telemetry",       # tracing and metrics
         "auth",            # principals and their scope
         "fences",          # the idempotency fences
+        "audit",           # the audit log: rows, stores, writer, admin API
         "media",           # images stored once by SHA-256
         "connectors",      # tools registered by manifest
         "upstreams",       # MCP servers behind the gateway: stdio and HTTP
