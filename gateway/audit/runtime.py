@@ -27,7 +27,8 @@ async def open_audit(config: AuditConfig, database: Database) -> AsyncIterator[A
     if not config.enabled:
         yield None
         return
-    log = AuditLog(open_audit_store(database), store_arguments=config.arguments, max_queued_rows=config.max_queued_rows)
+    log = AuditLog(open_audit_store(database), store_arguments=config.arguments, max_queued_rows=config.max_queued_rows,
+                   flush_interval=config.flush_interval_ms / 1000)
     async with opened(log):
         yield log
 

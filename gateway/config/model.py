@@ -356,6 +356,9 @@ class AuditConfig(_Strict):
     sweep_interval_seconds: float = Field(3600.0, gt=0)
     # Rows waiting for the background writer; past this a call waits (up to 5 s) for room.
     max_queued_rows: int = Field(10_000, gt=0)
+    # How long the writer gathers rows before it writes them in one transaction (0: at once). A
+    # SIGKILL can lose the rows of about this long (docs/audit.md).
+    flush_interval_ms: float = Field(50.0, ge=0, le=1000)
 
 
 class GatewayConfig(_Strict):

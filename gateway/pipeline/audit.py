@@ -102,11 +102,15 @@ class CallAudit:
             self.log.record(self._pending(route, call, time.time(), "none", "rejected", reason, None,
                                           approval or call.approval))
 
-    async def backpressure(self) -> None:
-        """Wait while the audit queue is full (the database is behind); nothing when it is not."""
+    @property
+    def congested(self) -> bool:
+        """The audit queue is full (the database is behind): the call waits (`backpressure`)."""
         log = self.log
-        if log is not None and log.full:
-            await log.wait_for_room()
+        return log is not None and log.full
+
+    async def backpressure(self) -> None:
+        if self.log is not None:
+            await self.log.wait_for_room()
 
     @staticmethod
     def _pending(route: "ToolRoute", call: "ToolCall", started: float, fence_state: str, outcome: str,

@@ -202,7 +202,8 @@ class CallPipeline:
             raise
         if note is not None:
             self._audit.finish(route, call, note, answer)
-            await self._audit.backpressure()
+            if self._audit.congested:
+                await self._audit.backpressure()
         return answer
 
     async def _timed_dispatch(self, route: ToolRoute, call: ToolCall, note: WriteNote | None, *, fence_id: str | None,

@@ -21,7 +21,7 @@ from mcp_types import CallToolResult
 
 from gateway.audit import AuditEntry, arguments_digest
 from tests.gateway.helpers import KEY, OUTCOME, connect, meta_of, new_key, text_of
-from tests.support.gateway import http_upstream, run_gateway_cli, start_gateway, write_config
+from tests.support.gateway import http_upstream, run_gateway_cli, start_gateway, stdio_upstream, write_config
 from tests.support.postgres import fresh_schema_url
 from tests.support.servers import release_gate, spawn_http_server, wait_for_executions
 
@@ -151,3 +151,34 @@ async def test_one_row_per_write_with_its_outcome(tmp_path: Path, store_url: str
         release_gate(state, gate)
     finally:
         server.stop()
+
+
+async def test_a_clean_shutdown_writes_every_queued_row(tmp_path: Path) -> None:
+    """Rows still queued when SIGTERM arrives (the writer gathers them for 10 s here) are written
+    before the gateway exits."""
+    state = tmp_path / "pay"
+    config = write_config(tmp_path, {
+        "upstreams": [stdio_upstream("pay", "dex_server", state_dir=state)],
+        "audit": {"flush_interval_ms": 1000},
+    })
+    with start_gateway(config) as gateway:
+        async with connect(gateway.url, "legacy") as client:
+            for n in range(5):
+                refused = await client.call_tool("pay__send_payment", {"to": "erin", "amount": n})
+                assert meta_of(refused)[OUTCOME] == "rejected"
+            sent = await client.call_tool("pay__send_payment", {"to": "erin", "amount": 9}, meta={KEY: new_key("p")})
+            assert sent.is_error is False, text_of(sent)
+        gateway.stop()  # SIGTERM: drain, then the lifespan closes the audit log
+        assert gateway.process is not None and gateway.process.returncode == 0, gateway.log
+    exported = run_gateway_cli("audit", "export", "--config", str(config))
+    rows = [json.loads(line) for line in exported.stdout.splitlines()]
+    assert [(r["outcome"], r["arguments"]) for r in rows] == [("rejected", None)] * 5 + [("ok", None)]
+    assert [r["reason"] for r in rows[:5]] == ["write without an idempotency key"] * 5
+
+
+def test_a_bad_audit_setting_names_its_key(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"audit": {"retention_days": 0, "arguments": "sometimes"}})
+    listed = run_gateway_cli("audit", "list", "--config", str(config))
+    assert listed.returncode == 2
+    assert "audit.retention_days: Input should be greater than 0" in listed.stderr
+    assert "audit.arguments: Input should be a valid boolean" in listed.stderr
