@@ -154,19 +154,23 @@ async def test_one_row_per_write_with_its_outcome(tmp_path: Path, store_url: str
 
 
 async def test_a_clean_shutdown_writes_every_queued_row(tmp_path: Path) -> None:
-    """Rows still queued when SIGTERM arrives (the writer gathers them for 10 s here) are written
-    before the gateway exits."""
+    """Rows still queued when SIGTERM arrives (the writer gathers them for a second here) are written
+    before the gateway exits; with traces on, a row names the trace of the client's traceparent and
+    the gateway's own span in it."""
     state = tmp_path / "pay"
     config = write_config(tmp_path, {
         "upstreams": [stdio_upstream("pay", "dex_server", state_dir=state)],
         "audit": {"flush_interval_ms": 1000},
+        "telemetry": {"traces_exporter": "console"},
     })
+    trace_id, client_span = uuid.uuid4().hex, uuid.uuid4().hex[:16]
     with start_gateway(config) as gateway:
         async with connect(gateway.url, "legacy") as client:
             for n in range(5):
                 refused = await client.call_tool("pay__send_payment", {"to": "erin", "amount": n})
                 assert meta_of(refused)[OUTCOME] == "rejected"
-            sent = await client.call_tool("pay__send_payment", {"to": "erin", "amount": 9}, meta={KEY: new_key("p")})
+            sent = await client.call_tool("pay__send_payment", {"to": "erin", "amount": 9},
+                                          meta={KEY: new_key("p"), "traceparent": f"00-{trace_id}-{client_span}-01"})
             assert sent.is_error is False, text_of(sent)
         gateway.stop()  # SIGTERM: drain, then the lifespan closes the audit log
         assert gateway.process is not None and gateway.process.returncode == 0, gateway.log
@@ -174,6 +178,8 @@ async def test_a_clean_shutdown_writes_every_queued_row(tmp_path: Path) -> None:
     rows = [json.loads(line) for line in exported.stdout.splitlines()]
     assert [(r["outcome"], r["arguments"]) for r in rows] == [("rejected", None)] * 5 + [("ok", None)]
     assert [r["reason"] for r in rows[:5]] == ["write without an idempotency key"] * 5
+    assert rows[5]["trace_id"] == trace_id and len(rows[5]["span_id"]) == 16 and rows[5]["span_id"] != client_span
+    assert all(len(r["trace_id"]) == 32 and r["trace_id"] != trace_id for r in rows[:5])  # traces of their own
 
 
 def test_a_bad_audit_setting_names_its_key(tmp_path: Path) -> None:
