@@ -16,6 +16,7 @@ Reading the log is never itself audited.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Awaitable, Callable
 
 from starlette.requests import Request
@@ -47,7 +48,8 @@ def parse_query(params: dict[str, str]) -> tuple[AuditQuery, int | None, int]:
     since = None
     if "since" in given:
         try:
-            since = micros_from_iso(given["since"])
+            # A `+hh:mm` offset sent without URL-encoding arrives as a space.
+            since = micros_from_iso(re.sub(r"(T[0-9:.]+) ([0-9]{2}:?[0-9]{2})$", r"\1+\2", given["since"]))
         except ValueError as exc:
             raise BadParameter(f"since: {exc}") from None
     outcome = given.get("outcome")

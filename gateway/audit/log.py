@@ -23,7 +23,7 @@ import json
 import logging
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -80,7 +80,7 @@ class PendingEntry:
 
 class AuditLog:
     def __init__(self, store: AuditStore, *, store_arguments: bool = False, max_queued_rows: int = 10_000,
-                 batch_rows: int = BATCH_ROWS, flush_interval: float = 0.05, clock: Any = time.time) -> None:
+                 batch_rows: int = BATCH_ROWS, flush_interval: float = 0.05, clock: Callable[[], float] = time.time) -> None:
         self.store = store
         self.store_arguments = store_arguments
         self.max_queued_rows = max_queued_rows

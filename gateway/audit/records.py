@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from datetime import datetime, timezone
-from typing import Any, Final, Mapping
+from typing import Any, Final
 
 from ..fences.ids import canonical_json
 
