@@ -7,6 +7,7 @@ import json
 import logging
 import sqlite3
 from dataclasses import replace
+from datetime import timedelta
 
 import asyncpg
 import pytest
@@ -140,3 +141,15 @@ def test_times_read_back_exactly() -> None:
     assert micros_from_iso("2026-12-04T01:00:00+01:00") == micros_from_iso("2026-12-04T00:00:00Z")
     with pytest.raises(ValueError, match="not an ISO 8601 time"):
         micros_from_iso("yesterday")
+
+
+async def test_the_sweep_keeps_retention_days_of_rows(audit_url: str) -> None:
+    now = 1_780_000_000.0
+    log = AuditLog(open_audit_store(audit_url), clock=lambda: now)
+    async with opened(log):
+        for age_days in (100, 91, 89, 1):
+            log.record(replace(pending(0), time=now - age_days * 86_400))
+        await log.flush()
+        assert await log.sweep_once(timedelta(days=90)) == 2
+        left = await log.store.newest(AuditQuery())
+    assert sorted(round((now * 1e6 - e.time) / 86_400e6) for e in left) == [1, 89]
