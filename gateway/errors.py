@@ -7,6 +7,9 @@ results (never a stack trace), and the call pipeline turns upstream failures int
     ├── ConfigError               the configuration is malformed (names file, line and key)
     ├── TokenRefused              a bearer token is refused (401 invalid_token, 403 insufficient_scope)
     ├── StoreError                a fence or registration store cannot be used
+    ├── ApprovalError             a decision on a held call is refused (docs/approvals.md)
+    │   ├── ApprovalNotFound      no approval has this id
+    │   └── SelfApproval          the approver is the calling principal
     ├── RequestError              the client's request is wrong: a JSON-RPC error (code, message)
     │   ├── UnknownToolError      a tool name the principal cannot reach
     │   ├── UpstreamRefusedRequest  the upstream refused the request itself (passed on as it said)
@@ -48,7 +51,7 @@ __all__ = [
     "UNAUTHORIZED", "UNAVAILABLE", "RATE_LIMITED", "DRAINING", "GatewayError", "ConfigError", "TokenRefused",
     "UpstreamError",
     "UpstreamNotSent", "UpstreamUnauthorized", "UpstreamInterrupted", "UpstreamAnswerTooLarge", "UpstreamListingRefused",
-    "UpstreamRpcError", "StoreError", "MediaError", "InvalidImage", "MediaStoreError", "RequestError",
+    "UpstreamRpcError", "StoreError", "ApprovalError", "ApprovalNotFound", "SelfApproval", "MediaError", "InvalidImage", "MediaStoreError", "RequestError",
     "UnknownToolError", "UpstreamRefusedRequest", "RateLimited", "TaskBudgetExceeded", "RelayRefused",
     "InputNotProvided", "InvalidResult", "SessionLost", "TransportError", "RequestNotSent",
     "LocalLimitReached", "RequestMaybeSent", "ResponseTooLarge",
@@ -136,6 +139,18 @@ class UpstreamRpcError(UpstreamError):
 
 class StoreError(GatewayError):
     """A fence or registration store cannot be used (not open, or its database failed)."""
+
+
+class ApprovalError(GatewayError):
+    """A decision on a held call is refused (docs/approvals.md)."""
+
+
+class ApprovalNotFound(ApprovalError):
+    """No approval has this id."""
+
+
+class SelfApproval(ApprovalError):
+    """The approver is the principal whose call is held: a caller never approves its own call."""
 
 
 class MediaError(GatewayError):

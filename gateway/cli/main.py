@@ -1,5 +1,5 @@
-"""`dex-gateway`: serve, tools, check, connectors validate, tasks list|show|cancel, fences stats|show|purge,
-audit list|export."""
+"""`dex-gateway`: serve, tools, check, connectors validate, tasks list|show|cancel, approvals list|decide,
+fences stats|show|purge, audit list|export."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from ..config.durations import parse_duration
 from ..errors import ConfigError
 from ..tasks import admin as tasks_admin
 from ..audit import admin as audit_admin
+from ..approvals import cli as approvals_cli
 
 if TYPE_CHECKING:
     from ..fences import FenceRecord, FenceStore
@@ -88,6 +89,9 @@ def _parser() -> argparse.ArgumentParser:
 
     tasks = sub.add_parser("tasks", help="list, show and cancel tasks (long-running tool calls)")
     tasks_admin.configure_parser(tasks)
+
+    approvals = sub.add_parser("approvals", help="list and decide calls held for a person's decision")
+    approvals_cli.configure_parser(approvals)
 
     fences = sub.add_parser("fences", help="inspect and purge idempotency fences")
     fsub = fences.add_subparsers(dest="fences_command", required=True)

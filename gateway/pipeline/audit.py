@@ -6,9 +6,10 @@ and for every call refused before it ran; reads that run are never written.
     audit.finish(note, answer)               # queued (no I/O): gateway/audit/log.py writes it
     audit.refused(route, call, "scope")      # a call refused before anything ran (any effect)
 
-The approval a row carries is `call.approval` (gateway/pipeline/stages.py `ToolCall`): the stage
-that holds a call for a person's decision sets it (`dataclasses.replace(call, approval=Approval(by,
-how, at))`) before the tail runs; a call it refuses is written with `refused(..., approval=...)`.
+The approval a row carries comes from `call.approval` (gateway/pipeline/stages.py `ToolCall`), the
+decision the approval stage (gateway/pipeline/approval.py) leaves on a call it held: who decided, by
+which channel, when (none for a deadline that passed undecided). A held call that stage does not let
+through (denied, past its deadline, still waiting) is written `rejected` with that decision.
 Trace and span ids are the current OpenTelemetry span's (the pipeline span of the call, or the
 front's span for a call refused before it), so a row leads to its trace.
 """
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from .catalog import ToolRoute
     from .stages import ToolCall
 
-__all__ = ["CallAudit", "NO_AUDIT", "WriteNote"]
+__all__ = ["CallAudit", "NO_AUDIT", "WriteNote", "approval_of"]
 
 _REASON_CHARS = 300
 
@@ -76,7 +77,8 @@ class CallAudit:
         if reason is None and outcome in ("rejected", "unknown"):
             reason = answer.text[:_REASON_CHARS] or None  # the gateway's own text, never a result's
         latency = None if note.latency is None else note.latency * 1000
-        log.record(self._pending(route, call, note.started, note.fence_state, outcome, reason, latency, call.approval))
+        log.record(self._pending(route, call, note.started, note.fence_state, outcome, reason, latency,
+                                 approval_of(call)))
 
     def failed(self, route: "ToolRoute", call: "ToolCall", note: WriteNote, exc: BaseException) -> None:
         """A write that ended without an answer: cancelled (the client went away, the gateway
@@ -94,13 +96,14 @@ class CallAudit:
         else:
             outcome, reason = "error", f"gateway error ({type(exc).__name__})"
         latency = None if note.latency is None else note.latency * 1000
-        log.record(self._pending(route, call, note.started, note.fence_state, outcome, reason, latency, call.approval))
+        log.record(self._pending(route, call, note.started, note.fence_state, outcome, reason, latency,
+                                 approval_of(call)))
 
     def refused(self, route: "ToolRoute", call: "ToolCall", reason: str, *, approval: Approval | None = None) -> None:
         """A call refused before anything ran (scope, a policy rule, an approval denied): `rejected`."""
         if self.log is not None:
             self.log.record(self._pending(route, call, time.time(), "none", "rejected", reason, None,
-                                          approval or call.approval))
+                                          approval or approval_of(call)))
 
     @property
     def congested(self) -> bool:
@@ -122,6 +125,14 @@ class CallAudit:
             call.idempotency_key, approval, fence_state, outcome, reason, latency_ms,
             format(context.trace_id, "032x") if valid else None, format(context.span_id, "016x") if valid else None,
         )
+
+
+def approval_of(call: "ToolCall") -> Approval | None:
+    """The row's approval of a held call: who decided, how, when; None when no one decided."""
+    decided = call.approval
+    if decided is None or decided.decided_by is None:
+        return None
+    return Approval(decided.decided_by, decided.channel or "", decided.decided_at or 0.0)
 
 
 NO_AUDIT = CallAudit()

@@ -8,7 +8,8 @@
           (gateway/auth/policy.py): a tool out of scope or denied is answered as an unknown tool,
           before anything is claimed or sent
 
-    the tail: rate limit -> a write without a key refused -> fence (claim / replay / unknown) -> dispatch (attempts, with a
+    the tail: rate limit -> approval (a call a person must allow is held: gateway/pipeline/approval.py)
+          -> a write without a key refused -> fence (claim / replay / unknown) -> dispatch (attempts, with a
           jittered wait before each re-send) -> check the upstream result -> outcome
           -> media (images -> references) -> result size limit -> fence (store) -> Answer
 
@@ -66,6 +67,7 @@ from ..media.validation import ImageRules
 from ..fences import FenceRejected, Fences, FenceUnknown, Proceed, Replay, Ticket
 from ..auth.policy import NO_POLICY, Policy
 from ..auth.principals import ANONYMOUS, Identity
+from .approval import ApprovalStage
 from .ratelimits import NO_LIMITS, RateLimits
 from ..upstreams.relay import CallRelay
 from ..auth.scope import PrincipalScope
@@ -103,6 +105,7 @@ class CallPipeline:
         parking: Parking | None = None,
         policy: Policy = NO_POLICY,
         audit: CallAudit = NO_AUDIT,
+        approvals: ApprovalStage | None = None,
     ) -> None:
         self._catalog = catalog
         self._scope = scope
@@ -119,6 +122,8 @@ class CallPipeline:
         self._parking = parking
         self._tasks: TaskStage | None = None  # tasks on: set by add_task_stage
         self._audit = audit  # a row per write and per refused call (gateway/pipeline/audit.py)
+        # Calls held for a person's decision before the fence (gateway/pipeline/approval.py).
+        self._approvals = approvals
 
     def add_task_stage(self, stage: TaskStage) -> None:
         """The task stage (gateway/tasks/), made after the pipeline its tasks run their calls with."""
@@ -170,7 +175,10 @@ class CallPipeline:
         if not admitted:
             await self._limits.admit(call.principal, route.upstream)
         with self._telemetry.call(route) as seen:
-            if route.effect is Effect.READ:  # never fenced, never audited
+            call, held = await self._held(route, call)
+            if held is not None:
+                answer = held
+            elif route.effect is Effect.READ:  # never fenced, never audited
                 answer = (await self._dispatch(route, call, fence_id=None, takeover=False)).answer
             else:
                 answer = await self._write(route, call)
@@ -215,6 +223,19 @@ class CallPipeline:
             return await self._dispatch(route, call, fence_id=fence_id, takeover=takeover)
         finally:
             note.timed(time.perf_counter() - started)
+
+    async def _held(self, route: ToolRoute, call: ToolCall) -> tuple[ToolCall, Answer | None]:
+        """The approval stage: the call to go on with (`call.approval` set when a person allowed
+        it), or its answer (rejected, or a 2026-07-28 client's approval round)."""
+        if self._approvals is None:
+            return call, None
+        call, held = await self._approvals.hold(route, call)
+        if held is not None and held.input_required is None:
+            # Not run: denied, past its deadline, or still waiting for an approver (the client
+            # sends it again with its key): a row with the decision, if any. A round of questions
+            # is not the end of the call.
+            self._audit.refused(route, call, held.text[:200] or "held for approval")
+        return call, held
 
     async def admit(self, principal: str, route: ToolRoute) -> None:
         """Take the call's rate-limit tokens, or raise RateLimited (-32029: nothing may be sent)."""
@@ -263,7 +284,10 @@ class CallPipeline:
         the fence. Without `route` (a task taken over), raises UnknownToolError like `call`."""
         route = route or await self._route(call)
         with self._telemetry.call(route) as seen:
-            if route.effect is Effect.READ:
+            call, held = await self._held(route, call)
+            if held is not None:
+                answer = held
+            elif route.effect is Effect.READ:
                 answer = (await self._dispatch(route, call, fence_id=fence_id, takeover=False)).answer
             else:
                 answer = await self._write(route, call, settled=True, fence_id=fence_id)

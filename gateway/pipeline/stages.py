@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
-from ..audit.records import Approval
+from ..approvals.service import Decided
 from ..conventions.answers import Answer
 from ..auth.principals import ANONYMOUS_IDENTITY, Identity
 from ..conventions.keys import IDEMPOTENCY_KEY
@@ -48,9 +48,9 @@ class ToolCall:
     rounds: Mapping[str, Any] = field(default_factory=dict)
     # Who calls, as authentication established it (claims for policy, the token for an exchange).
     identity: Identity = ANONYMOUS_IDENTITY
-    # A person's approval of this call (who, how, when), set by the stage that held it for one;
-    # the audit log records it (gateway/pipeline/audit.py).
-    approval: Approval | None = None
+    # A held call's decision: who decided, how and when (`approval.allowed`: the call went on); None
+    # when it needed no approval at the gateway. Set by gateway/pipeline/approval.py, for the audit log.
+    approval: Decided | None = None
 
     @property
     def idempotency_key(self) -> str | None:

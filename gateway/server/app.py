@@ -34,6 +34,11 @@ from ..pipeline.catalog import Catalog
 from ..config.model import GatewayConfig
 from ..connectors import ConnectorRegistry
 from ..connectors.admin_api import admin_routes
+from ..approvals.admin_api import approval_routes
+from ..approvals.service import Approvals
+from ..approvals.open_store import open_approval_store
+from ..approvals.store import ApprovalStore
+from ..pipeline.approval import ApprovalStage
 from ..connectors.bindings.policy import BindingPolicy
 from ..storage.database import Database, opened
 from .drain import Drain
@@ -80,6 +85,8 @@ class Runtime:
     listen: ListenStreams
     tasks: Tasks | None = None
     audit: AuditLog | None = None  # None: audit.enabled false
+    # Calls held for a person's decision (gateway/approvals/, docs/approvals.md).
+    approvals: Approvals | None = None
     # The front below authentication: tools/call and tools/list for an Identity.
     front: Front | None = None
     # Every upstream has been asked for its tools once (reported by /readyz, not gated on:
@@ -139,11 +146,12 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
             anyio.create_task_group() as tg, database, opened(open_fence_store(database)) as store, connectors,
             open_media(config.media, database) as media, open_tasks_store(config.tasks, database) as task_store,
             open_audit(config.audit, database) as audit,
+            opened(open_approval_store(database)) as approval_store,
         ):
             if config.connectors.dir:
                 await connectors.load_dir(config.connectors.dir)
             runtime = await _build_runtime(config, tg, store, authenticator, connectors, media, task_store, ops=ops,
-                                           supervisor=supervisor, audit=audit)
+                                           supervisor=supervisor, approval_store=approval_store, audit=audit)
             holder.runtime = runtime
             app.state.runtime = runtime
             holder.started = True
@@ -153,6 +161,9 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
                     tg.start_soon(supervisor.loop, "fence sweeper", lambda: runtime.fences.run_sweeper(
                         retention, config.fences.sweep_interval_seconds))
                     tg.start_soon(supervisor.loop, "fence lease renewer", runtime.fences.run_renewer)
+                    if runtime.approvals is not None:
+                        tg.start_soon(supervisor.loop, "approval sweeper", partial(
+                            runtime.approvals.run_sweeper, config.fences.sweep_interval_seconds))
                     tg.start_soon(supervisor.once, "catalog warm-up", lambda: _warm_up(runtime))
                     if audit is not None:
                         start_audit(config.audit, audit, lambda work, fn: tg.start_soon(supervisor.loop, work, fn))
@@ -206,6 +217,8 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
     routes.extend(admin_routes(connectors, _admin_check(authenticator)))
     routes.extend(audit_routes(lambda: (None if holder.runtime is None else holder.runtime.audit, holder.runtime is not None),
                                _admin_check(authenticator)))
+    routes.extend(approval_routes(lambda: holder.runtime.approvals if holder.runtime is not None else None,
+                                  _approver_check(authenticator)))
     routes.extend(ops.routes(authenticator))
     app = _GatewayApp(config.server.path, ops.edge(front, authenticator), routes=routes, lifespan=lifespan)
     app.guard_admin(HostOriginPolicy(config.server))
@@ -285,6 +298,7 @@ async def _build_runtime(
     ops: Operations,
     supervisor: Supervisor | None = None,
     audit: AuditLog | None = None,
+    approval_store: ApprovalStore | None = None,
 ) -> Runtime:
     supervisor = supervisor or Supervisor(ops.telemetry.metrics)
 
@@ -323,10 +337,14 @@ async def _build_runtime(
     scope = authenticator.scope  # OAuth principals' scope is bound from their claims as they authenticate
     policy = Policy(config.policy)
     parking = Parking(tg)
+    approvals = Approvals(approval_store, config.approvals) if approval_store is not None else None
+    call_telemetry = CallTelemetry.of(ops.telemetry)
     pipeline = CallPipeline(
         catalog, upstreams, fences, scope, max_result_bytes=config.server.max_result_bytes, media=media.stage,
-        upstream_tasks=task_requests(config.tasks), telemetry=CallTelemetry.of(ops.telemetry), limits=ops.limits,
-        parking=parking, policy=policy, audit=CallAudit(audit),
+        upstream_tasks=task_requests(config.tasks), telemetry=call_telemetry, limits=ops.limits, parking=parking,
+        policy=policy, audit=CallAudit(audit),
+        approvals=ApprovalStage(approvals, policy, call_telemetry, reuse_seconds=config.fences.retention_hours * 3600)
+        if approvals is not None else None,
     )
     tasks = start_tasks(config.tasks, task_store, tg, pipeline=pipeline, fences=fences,
                         upstreams=upstreams, server_info=SERVER_INFO, supervisor=supervisor)
@@ -357,6 +375,7 @@ async def _build_runtime(
         supervisor=supervisor,
         front=front,
         audit=audit,
+        approvals=approvals,
     )
 
 
@@ -377,6 +396,13 @@ def _admin_check(authenticator: Authenticator) -> Callable[[Request], Awaitable[
         return authenticator.is_admin(request.headers.get("authorization"))
 
     return authorize
+
+
+def _approver_check(authenticator: Authenticator) -> Callable[[Request], Awaitable[str | None]]:
+    async def approver(request: Request) -> str | None:
+        return await authenticator.approver(request.headers.get("authorization"))
+
+    return approver
 
 
 __all__ = ["Runtime", "create_app", "replica_id_for", "ListKind"]

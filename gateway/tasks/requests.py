@@ -35,7 +35,10 @@ class TaskRequests:
     def for_call(self, upstream: Upstream, route: ToolRoute, call: ToolCall) -> Request | None:
         """The request that sends `call` (None: a plain request on the upstream)."""
         version = upstream.protocol_version  # None before its first connection: decided when connected
-        if call.sink is None and route.task_support != "required" and version is not None and Era.of(version) is Era.HANDSHAKE:
-            return None  # a handshake-era upstream's plain call: decided without connecting
+        if call.sink is None and route.task_support != "required" and version is not None and (
+                Era.of(version) is Era.HANDSHAKE or upstream.asks_on_handshake(call.relay)):
+            # A handshake-era upstream's plain call (decided without connecting), or a call the
+            # upstream takes on the handshake era because its caller can be asked (the era per caller).
+            return None
         return UpstreamTaskCall(upstream, route.name, route.effect, route.task_support, call.sink,
                                 self._default_ttl_ms, self._clock, self._refuse_plain, call.identity).request

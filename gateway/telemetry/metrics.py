@@ -114,6 +114,12 @@ class GatewayMetrics:
             "calls denied by a policy rule (nothing sent), by rule and reason (matched, error: fail closed)",
             ["rule", "reason"], registry=registry,
         )
+        self.approvals = Counter(
+            "dex_gateway_approvals",
+            "calls held for a person's decision, by how they ended (allowed, denied, expired, pending: the client "
+            "stopped waiting) and the channel that decided",
+            ["state", "channel"], registry=registry,
+        )
         self.notifications_dropped = Counter(
             "dex_gateway_upstream_notifications_dropped",
             "progress (coalesced) and log notifications of calls not delivered to a slow client, by upstream and kind",

@@ -1,5 +1,5 @@
-"""The approval hook: a call's `ToolCall.approval` (set by the stage that held it for a person) is
-the approval its audit row carries; a held call that stage refuses is written `rejected` with it."""
+"""The approval hook: the decision the approval stage leaves on a held call (`ToolCall.approval`) is
+the approval its audit row carries (who, how, when); a call no one decided carries none."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from dataclasses import replace
 
 import pytest
 
+from gateway.approvals.records import ApprovalState
+from gateway.approvals.service import Decided
 from gateway.audit import Approval, AuditLog, AuditQuery, open_audit_store
 from gateway.conventions.answers import Answer
 from gateway.conventions.effects import Classification
@@ -26,19 +28,21 @@ ROUTE = ToolRoute("pay__refund", {}, Classification(Effect.NON_IDEMPOTENT_WRITE,
 async def test_the_approval_of_a_call_is_in_its_row() -> None:
     log = AuditLog(open_audit_store("memory://"), store_arguments=True)
     audit = CallAudit(log)
-    approval = Approval(by="carol", how="console", at=1_780_000_000.5)
-    call = ToolCall("alice", "pay__refund", {"amount": 5}, {IDEMPOTENCY_KEY: "k/1"}, approval=approval)
+    decided = Decided("a-1", ApprovalState.ALLOWED, decided_by="carol", channel="console", decided_at=1_780_000_000.5)
+    call = ToolCall("alice", "pay__refund", {"amount": 5}, {IDEMPOTENCY_KEY: "k/1"}, approval=decided)
     async with opened(log):
         note = audit.begin()
         note.fence_state = "claimed"
         note.timed(0.0125)
         audit.finish(ROUTE, call, note, Answer(content=[{"type": "text", "text": "refunded"}]))
-        audit.refused(ROUTE, replace(call, approval=None), "approval denied",
-                      approval=Approval(by="dave", how="console", at=1_780_000_001.0))
+        audit.refused(ROUTE, replace(call, approval=Decided("a-2", ApprovalState.DENIED, "dave", "cli", 1_780_000_001.0)),
+                      "approval denied")
+        audit.refused(ROUTE, replace(call, approval=Decided("a-3", ApprovalState.EXPIRED)), "approval deadline passed")
         await log.flush()
-        denied, ran = await log.store.newest(AuditQuery())
+        expired, denied, ran = await log.store.newest(AuditQuery())
     assert ran.to_api()["approval"] == {"by": "carol", "how": "console", "at": "2026-05-28T20:26:40.500000Z"}
     assert (ran.outcome, ran.fence_state, ran.latency_ms, ran.idempotency_key) == ("ok", "claimed", 12.5, "k/1")
     assert json.loads(ran.arguments or "") == {"amount": 5}
-    assert (denied.outcome, denied.reason, denied.approval and denied.approval.by) == ("rejected", "approval denied",
-                                                                                      "dave")
+    assert (denied.outcome, denied.reason, denied.approval) == (
+        "rejected", "approval denied", Approval("dave", "cli", 1_780_000_001.0))
+    assert (expired.outcome, expired.approval) == ("rejected", None)

@@ -24,6 +24,7 @@ LAYERS: dict[str, list[str]] = {
         "internals",       # every reach into a library's private API
         "protocol",        # the gateway's name and version on the wire
         "name_header",     # the Mcp-Name header rule (front and upstreams)
+        "safe_text",       # text made safe to show on a card or a terminal (approvals, the agent host)
         "conventions",     # the Dex conventions: effects, keys, outcomes, answers, the checker
         "storage",         # databases, store URLs, private files
         "config",          # gateway.yaml: the model, YAML with line numbers, env overrides
@@ -32,6 +33,7 @@ LAYERS: dict[str, list[str]] = {
         "auth",            # principals and their scope
         "fences",          # the idempotency fences
         "audit",           # the audit log: rows, stores, writer, admin API
+        "approvals",       # calls held for a person's decision: records, store, admin API
         "media",           # images stored once by SHA-256
         "connectors",      # tools registered by manifest
         "upstreams",       # MCP servers behind the gateway: stdio and HTTP
