@@ -24,6 +24,10 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..pipeline.telemetry import CallTelemetry
+from ..pipeline.audit import CallAudit
+from ..audit import AuditLog
+from ..audit.admin_api import audit_routes
+from ..audit.runtime import open_audit, start_audit
 from ..pipeline.calls import CallPipeline
 from ..pipeline.rounds import Parking
 from ..pipeline.catalog import Catalog
@@ -83,6 +87,7 @@ class Runtime:
     media: Media
     listen: ListenStreams
     tasks: Tasks | None = None
+    audit: AuditLog | None = None  # None: audit.enabled false
     # Calls held for a person's decision (gateway/approvals/, docs/approvals.md).
     approvals: Approvals | None = None
     # Pinned tool definitions (gateway/pins/, docs/pinning.md).
@@ -145,6 +150,7 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
         async with (
             anyio.create_task_group() as tg, database, opened(open_fence_store(database)) as store, connectors,
             open_media(config.media, database) as media, open_tasks_store(config.tasks, database) as task_store,
+            open_audit(config.audit, database) as audit,
             opened(open_approval_store(database)) as approval_store, opened(open_pin_store(database)) as pin_store,
         ):
             if config.connectors.dir:
@@ -155,7 +161,8 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
                             on_change=metrics.definition_changed if metrics is not None else None)
             await pins.load()  # before the first listing is checked against them
             runtime = await _build_runtime(config, tg, store, authenticator, connectors, media, task_store, ops=ops,
-                                           supervisor=supervisor, approval_store=approval_store, pins=pins)
+                                           supervisor=supervisor, approval_store=approval_store, audit=audit,
+                                           pins=pins)
             holder.runtime = runtime
             app.state.runtime = runtime
             holder.started = True
@@ -170,6 +177,8 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
                             runtime.approvals.run_sweeper, config.fences.sweep_interval_seconds))
                     tg.start_soon(supervisor.loop, "pin review poller", partial(pins.run_poller, PIN_POLL_SECONDS))
                     tg.start_soon(supervisor.once, "catalog warm-up", lambda: _warm_up(runtime))
+                    if audit is not None:
+                        start_audit(config.audit, audit, lambda work, fn: tg.start_soon(supervisor.loop, work, fn))
                     yield runtime
             finally:
                 holder.runtime = None
@@ -220,6 +229,8 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
     routes.extend(admin_routes(connectors, _admin_check(authenticator)))
     routes.extend(pin_routes(lambda: holder.runtime.pins if holder.runtime is not None else None,
                              _admin_check(authenticator)))
+    routes.extend(audit_routes(lambda: (None if holder.runtime is None else holder.runtime.audit, holder.runtime is not None),
+                               _admin_check(authenticator)))
     routes.extend(approval_routes(lambda: holder.runtime.approvals if holder.runtime is not None else None,
                                   _approver_check(authenticator)))
     routes.extend(ops.routes(authenticator))
@@ -303,6 +314,7 @@ async def _build_runtime(
     *,
     ops: Operations,
     supervisor: Supervisor | None = None,
+    audit: AuditLog | None = None,
     approval_store: ApprovalStore | None = None,
     pins: ToolPins | None = None,
 ) -> Runtime:
@@ -348,7 +360,7 @@ async def _build_runtime(
     pipeline = CallPipeline(
         catalog, upstreams, fences, scope, max_result_bytes=config.server.max_result_bytes, media=media.stage,
         upstream_tasks=task_requests(config.tasks), telemetry=call_telemetry, limits=ops.limits, parking=parking,
-        policy=policy,
+        policy=policy, audit=CallAudit(audit),
         approvals=ApprovalStage(approvals, policy, call_telemetry, reuse_seconds=config.fences.retention_hours * 3600)
         if approvals is not None else None,
     )
@@ -380,6 +392,7 @@ async def _build_runtime(
         tasks=tasks,
         supervisor=supervisor,
         front=front,
+        audit=audit,
         approvals=approvals,
         pins=pins,
     )
