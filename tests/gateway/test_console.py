@@ -265,3 +265,18 @@ def test_a_wrong_token_is_refused_and_the_login_comes_back(setup: Setup, page: A
     page.keyboard.press("Enter")
     expect(page.locator("#view-upstreams tbody tr")).to_have_count(3, timeout=WAIT_MS)
     assert page.evaluate("document.cookie") == ""
+
+
+def test_the_console_serves_only_its_own_files_with_the_policy(setup: Setup) -> None:
+    base = setup.gateway.base
+    script = httpx.get(f"{base}/console/console.js")
+    assert script.status_code == 200 and script.headers["content-type"].startswith("text/javascript")
+    assert script.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+    code = "\n".join(line for line in script.text.splitlines() if not line.lstrip().startswith("//"))
+    assert not [w for w in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(") if w in code]
+    for path in ("/console/nope.js", "/console/..%2Fapp.py", "/console/console.html.bak", "/console/a/b"):
+        assert httpx.get(base + path).status_code == 404, path
+    # A page from another origin cannot use the admin routes through the visitor's browser.
+    foreign = httpx.post(f"{base}/admin/fences/x/resolve", json={"note": "x"},
+                         headers={"Authorization": f"Bearer {ADMIN}", "Origin": "http://evil.example"})
+    assert foreign.status_code == 403
