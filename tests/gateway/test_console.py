@@ -20,13 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import anyio
 import httpx
 import pytest
 
 from gateway.server.console import CONTENT_SECURITY_POLICY
 from tests.gateway.helpers import KEY, OUTCOME, connect, meta_of, text_of
-from tests.support.browser import launch, phone_page, require_browser
+from tests.support.browser import launch, phone_page, require_browser, run_async
 from tests.support.hostile import HOSTILE_NAME, HOSTILE_NAME_SHOWN
 from tests.support.gateway import RunningGateway, http_upstream, start_gateway, write_config
 from tests.support.scripted_server import SCRIPT_FILE, SCRIPT_PATH, STATE_ENV
@@ -89,7 +88,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
             ],
         })
         with start_gateway(config) as gateway:
-            anyio.run(_cut_off_charges, gateway.url, 2)
+            run_async(_cut_off_charges, gateway.url, 2)
             params = {"name": "t__slow_compute", "arguments": {"seconds": 60}, "task": {"ttl": 120_000}}
             task_id = task_id_of(result_of(post(gateway.url, "tools/call", params, era=HANDSHAKE, token=AGENT)))
             setup = Setup(gateway, task_id, [])
@@ -170,7 +169,7 @@ def test_resolving_an_unknown_fence_keeps_its_answer_for_retries(setup: Setup) -
         assert result.is_error, text_of(result)
         return str(meta_of(result)[OUTCOME])
 
-    assert anyio.run(retry) == "unknown"
+    assert run_async(retry) == "unknown"
 
 
 # The console in the browser --------------------------------------------------------------------

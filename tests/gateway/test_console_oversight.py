@@ -20,13 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import anyio
 import httpx
 import pytest
 
 from gateway.config.model import AuthConfig, StdioUpstreamConfig, TokenConfig
 from tests.gateway.helpers import KEY, connect, text_of
-from tests.support.browser import launch, phone_page, require_browser
+from tests.support.browser import launch, phone_page, require_browser, run_async
 from tests.support.gateway import RunningGateway, start_gateway, write_config
 from tests.support.hostile import HOSTILE_NAME, HOSTILE_NAME_SHOWN
 from tests.support.scripted_server import SCRIPT_FILE, SCRIPT_PATH, STATE_ENV, read_attempts
@@ -126,7 +125,7 @@ class WaitingCall(threading.Thread):
             self.outcome, self.is_error = text_of(result), result.is_error
 
         try:
-            anyio.run(call)
+            run_async(call)
         except BaseException as exc:  # noqa: BLE001 - reported by the test
             self.failure = exc
 
@@ -210,19 +209,22 @@ def test_a_changed_definition_is_reviewed_with_a_diff_and_accepted(setup: Setup,
 
 def test_the_audit_log_with_filters(setup: Setup, page: Any) -> None:
     need(setup, "/admin/audit", "audit log")
-    anyio.run(_write_a_note, setup.gateway.url)
+    run_async(_write_a_note, setup.gateway.url)
     open_console(page, setup, ADMIN, view="audit")
     rows = page.locator("#view-audit tbody tr")
     expect(rows.first).to_be_visible(timeout=WAIT_MS)
-    tool = page.locator("#audit-filters input[name=tool]")
+    filters = page.locator("#audit-filters")
+    filters.locator("select[name=outcome]").select_option("unknown")  # no call here ended unknown
+    filters.locator("button[type=submit]").click()
+    expect(page.locator("#view-audit .empty")).to_have_text("No entries match.")
+    filters.locator("select[name=outcome]").select_option("")
+    tool = filters.locator("input[name=tool]")
     tool.fill("ledger__note")
     tool.press("Enter")
     expect(rows.locator("td[data-label=Tool]").first).to_have_text("ledger__note", timeout=WAIT_MS)
     for cell in rows.locator("td[data-label=Tool]").all():
         expect(cell).to_have_text("ledger__note")
-    page.locator("#audit-filters select[name=outcome]").select_option("unknown")  # no call here ended unknown
-    page.locator("#audit-filters button[type=submit]").click()
-    expect(page.locator("#view-audit .empty")).to_have_text("No entries match.")
+    expect(rows.first.locator("td[data-label=Outcome]")).to_have_text("ok")
 
 
 async def _write_a_note(url: str) -> None:

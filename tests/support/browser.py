@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Iterator
+import threading
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
+import anyio
 import pytest
 
 from tests.support.servers import REPO_ROOT
@@ -29,6 +31,7 @@ FLAGS = [
     "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
 ]
 ARTIFACTS = REPO_ROOT / "tests" / "artifacts" / "browser"
+T = TypeVar("T")
 PHONE = {"viewport": {"width": 390, "height": 844}, "device_scale_factor": 2, "is_mobile": True, "has_touch": True}
 
 
@@ -82,3 +85,23 @@ def phone_page(browser: Any, name: str, *, context_options: dict[str, Any] | Non
     print(f"screenshot: {shot}")
     context.close()
     assert not errors, errors
+
+
+def run_async(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+    """`anyio.run(fn, *args)` in a thread of its own: Playwright's sync API keeps an event loop
+    running in the test's thread, where another cannot start."""
+    box: list[T] = []
+    failure: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            box.append(anyio.run(fn, *args))
+        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+            failure.append(exc)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join()
+    if failure:
+        raise failure[0]
+    return box[0]
