@@ -225,6 +225,13 @@ def test_the_audit_log_with_filters(setup: Setup, page: Any) -> None:
     for cell in rows.locator("td[data-label=Tool]").all():
         expect(cell).to_have_text("ledger__note")
     expect(rows.first.locator("td[data-label=Outcome]")).to_have_text("ok")
+    if HAS_APPROVALS and setup.route_exists("/admin/approvals?state=pending"):
+        # The write the approver allowed on the console carries its approval: who, how, when.
+        tool.fill("ledger__refund")
+        filters.locator("select[name=outcome]").select_option("ok")
+        tool.press("Enter")
+        expect(rows).to_have_count(1, timeout=WAIT_MS)
+        expect(rows.first.locator("td[data-label=Approval]")).to_contain_text(" by carol at ")
 
 
 async def _write_a_note(url: str) -> None:
