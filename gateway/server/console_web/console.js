@@ -119,10 +119,10 @@
     for (const row of rows) {
       const tr = el("tr");
       for (const column of columns) {
-        const td = el("td", column.className || "");
+        const td = el("td");
         td.dataset.label = column.label;  // shown before the value on a phone (CSS attr())
         const value = column.value(row);
-        if (value instanceof Node) td.appendChild(value); else td.textContent = visible(text(value));
+        td.appendChild(value instanceof Node ? value : el("span", column.className || "", text(value)));
         tr.appendChild(td);
       }
       bodyNode.appendChild(tr);
