@@ -1,4 +1,5 @@
-"""`dex-gateway`: serve, tools [review], check, connectors validate, tasks list|show|cancel, approvals list|decide, fences stats|show|purge."""
+"""`dex-gateway`: serve, tools [review], check, connectors validate, tasks list|show|cancel, approvals list|decide,
+fences stats|show|purge, audit list|export."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from ..conventions import check_cli
 from ..config.durations import parse_duration
 from ..errors import ConfigError
 from ..tasks import admin as tasks_admin
+from ..audit import admin as audit_admin
 from ..approvals import cli as approvals_cli
 from ..pins import cli as pins_cli
 
@@ -109,6 +111,9 @@ def _parser() -> argparse.ArgumentParser:
     _config_arg(purge)
     purge.add_argument("--older-than", required=True, help="a Go-style duration, e.g. 24h, 90m, 1h30m, 3600s")
     purge.set_defaults(run=_fences_purge)
+
+    audit = sub.add_parser("audit", help="the audit log: write calls and refused calls, who, what came of it")
+    audit_admin.configure_parser(audit)
     return parser
 
 

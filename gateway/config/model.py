@@ -25,7 +25,8 @@ from ..storage.media_urls import parse_media_store_url
 from .yaml_source import SourceError, SourcedDocument, dotted, expand_env, load_file, load_yaml
 
 __all__ = [
-    "CONFIG_ENV_VAR", "DEFAULT_CONFIG_PATH", "ApprovalsConfig", "ApproverTokenConfig", "AuthConfig", "PolicyConfig", "ConnectorsConfig", "FencesConfig",
+    "CONFIG_ENV_VAR", "DEFAULT_CONFIG_PATH", "ApprovalsConfig", "ApproverTokenConfig", "AuditConfig", "AuthConfig",
+    "PolicyConfig", "ConnectorsConfig", "FencesConfig",
     "GatewayConfig", "HttpUpstreamConfig", "MediaConfig", "OAuthConfig", "RateConfig", "RateLimitsConfig", "RootConfig",
     "ServerConfig", "StdioUpstreamConfig", "TasksConfig", "TelemetryConfig", "TokenConfig",
     "ToolPolicyConfig", "UpstreamConfig",
@@ -373,6 +374,24 @@ class TasksConfig(_Strict):
     max_result_bytes_per_principal: int = Field(256 * 1024 * 1024, gt=0)
 
 
+class AuditConfig(_Strict):
+    """The audit log (docs/audit.md): a row for every write call and every refused one, in the
+    fences' database."""
+
+    enabled: bool = True
+    # Keep the call's arguments themselves (their canonical JSON) beside their SHA-256 digest.
+    # Off by default: arguments may hold personal data or secrets.
+    arguments: bool = False
+    # Rows older than this are deleted by the sweep (in short batches).
+    retention_days: float = Field(90.0, gt=0)
+    sweep_interval_seconds: float = Field(3600.0, gt=0)
+    # Rows waiting for the background writer; past this a call waits (up to 5 s) for room.
+    max_queued_rows: int = Field(10_000, gt=0)
+    # How long the writer gathers rows before it writes them in one transaction (0: at once). A
+    # SIGKILL can lose the rows of about this long (docs/audit.md).
+    flush_interval_ms: float = Field(50.0, ge=0, le=1000)
+
+
 class GatewayConfig(_Strict):
     server: ServerConfig = Field(default_factory=ServerConfig)
     auth: AuthConfig = Field(default_factory=AuthConfig)
@@ -385,6 +404,7 @@ class GatewayConfig(_Strict):
     rate_limits: RateLimitsConfig = Field(default_factory=RateLimitsConfig)
     # Rules over the call: tool, arguments, principal, claims (gateway/config/policy.py, docs/policy.md).
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    audit: AuditConfig = Field(default_factory=AuditConfig)
     # Calls held for a person's decision (docs/approvals.md).
     approvals: ApprovalsConfig = Field(default_factory=ApprovalsConfig)
 

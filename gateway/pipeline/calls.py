@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
@@ -75,7 +76,8 @@ from ..protocol import Era, client_takes_tasks
 from .rounds import ROUND_KEYS, Parking, answer_rounds, not_provided_text, unanswerable
 from .stages import Answered, CallResult, InputRound, Request, TaskCreated, TaskStage, ToolCall, UpstreamTaskRequests
 from ..upstreams.results import answer_from_result
-from .telemetry import NO_CALL_TELEMETRY, CallTelemetry
+from .telemetry import NO_CALL_TELEMETRY, CallTelemetry, fence_state
+from .audit import NO_AUDIT, CallAudit, WriteNote
 from ..upstreams.upstream import Upstream, resend_delay
 
 __all__ = [
@@ -103,6 +105,7 @@ class CallPipeline:
         limits: RateLimits = NO_LIMITS,
         parking: Parking | None = None,
         policy: Policy = NO_POLICY,
+        audit: CallAudit = NO_AUDIT,
         approvals: ApprovalStage | None = None,
     ) -> None:
         self._catalog = catalog
@@ -119,6 +122,7 @@ class CallPipeline:
         # Questions of a handshake-era upstream asked of a 2026-07-28 client (gateway/pipeline/rounds.py).
         self._parking = parking
         self._tasks: TaskStage | None = None  # tasks on: set by add_task_stage
+        self._audit = audit  # a row per write and per refused call (gateway/pipeline/audit.py)
         # Calls held for a person's decision before the fence (gateway/pipeline/approval.py).
         self._approvals = approvals
 
@@ -173,23 +177,66 @@ class CallPipeline:
             await self._limits.admit(call.principal, route.upstream)
         with self._telemetry.call(route) as seen:
             call, held = await self._held(route, call)
-            key = call.idempotency_key
             if held is not None:
                 answer = held
-            elif key is not None and route.effect is not Effect.READ:
-                answer = await self._fenced(route, call, key)
+            elif route.effect is Effect.READ:  # never fenced, never audited
+                answer = (await self._dispatch(route, call, fence_id=None, takeover=False)).answer
             else:
-                refused = self.refusal(route, call) if key is None else None
-                answer = refused or (await self._dispatch(route, call, fence_id=None, takeover=False)).answer
+                answer = await self._write(route, call)
             seen.answer = answer
         return answer
+
+    async def _write(self, route: ToolRoute, call: ToolCall, *, settled: bool = False,
+                     fence_id: str | None = None) -> Answer:
+        """A write: fenced with its key, refused without one (or passed, `keyless_writes: pass`),
+        and written to the audit log. `settled`: the call's fence is already settled (a task's)."""
+        note = self._audit.begin() if self._audit.enabled else None
+        try:
+            key = call.idempotency_key
+            if settled:
+                if note is not None:
+                    note.fence_state = "settled"
+                answer = (await self._timed_dispatch(route, call, note, fence_id=fence_id)).answer
+            elif key is not None:
+                answer = await self._fenced(route, call, key, note)
+            elif (refused := self.refusal(route, call)) is not None:
+                if note is not None:
+                    note.reason = "write without an idempotency key"
+                answer = refused
+            else:
+                answer = (await self._timed_dispatch(route, call, note, fence_id=None)).answer
+        except BaseException as exc:
+            if note is not None:
+                self._audit.failed(route, call, note, exc)
+            raise
+        if note is not None:
+            self._audit.finish(route, call, note, answer)
+            if self._audit.congested:
+                await self._audit.backpressure()
+        return answer
+
+    async def _timed_dispatch(self, route: ToolRoute, call: ToolCall, note: WriteNote | None, *, fence_id: str | None,
+                              takeover: bool = False) -> Dispatched:
+        if note is None:
+            return await self._dispatch(route, call, fence_id=fence_id, takeover=takeover)
+        started = time.perf_counter()
+        try:
+            return await self._dispatch(route, call, fence_id=fence_id, takeover=takeover)
+        finally:
+            note.timed(time.perf_counter() - started)
 
     async def _held(self, route: ToolRoute, call: ToolCall) -> tuple[ToolCall, Answer | None]:
         """The approval stage: the call to go on with (`call.approval` set when a person allowed
         it), or its answer (rejected, or a 2026-07-28 client's approval round)."""
         if self._approvals is None:
             return call, None
-        return await self._approvals.hold(route, call)
+        call, held = await self._approvals.hold(route, call)
+        if held is not None and held.input_required is None:
+            # Not run: denied, past its deadline, or still waiting for an approver (the client
+            # sends it again with its key): a row with the decision, if any. A round of questions
+            # is not the end of the call.
+            self._audit.refused(route, call, held.text[:200] or "held for approval")
+        return call, held
 
     async def admit(self, principal: str, route: ToolRoute) -> None:
         """Take the call's rate-limit tokens, or raise RateLimited (-32029: nothing may be sent)."""
@@ -208,8 +255,12 @@ class CallPipeline:
         if route is None and (held := self._catalog.held(call.name)) is not None:
             withheld, text = held
             if self._scope.may_use_tool(call.principal, withheld.name, withheld.upstream):
+                self._audit.refused(withheld, call, "held for review (pinning: hold)")
                 raise ToolHeldForReview(call.name, text)  # only a principal that may use it learns why
-        if route is None or not self._scope.may_use_tool(call.principal, route.name, route.upstream):
+        if route is None:
+            raise UnknownToolError(call.name)
+        if not self._scope.may_use_tool(call.principal, route.name, route.upstream):
+            self._audit.refused(route, call, "out of the principal's scope")
             raise UnknownToolError(call.name)
         return route
 
@@ -223,6 +274,8 @@ class CallPipeline:
         if denial is None:
             return
         self._telemetry.policy_denied(denial.rule, denial.reason)
+        self._audit.refused(route, call, f"policy rule {denial.rule!r}" + (
+            " could not be evaluated (denied)" if denial.reason == "error" else ""))
         if denial.reason == "error":
             # Fail closed: a rule that cannot be evaluated for this call denies it.
             logger.warning("tools/call %s by %s: denied, policy rule %r could not be evaluated (%s)",
@@ -238,24 +291,35 @@ class CallPipeline:
         route = route or await self._route(call)
         with self._telemetry.call(route) as seen:
             call, held = await self._held(route, call)
-            answer = held or (await self._dispatch(route, call, fence_id=fence_id, takeover=False)).answer
+            if held is not None:
+                answer = held
+            elif route.effect is Effect.READ:
+                answer = (await self._dispatch(route, call, fence_id=fence_id, takeover=False)).answer
+            else:
+                answer = await self._write(route, call, settled=True, fence_id=fence_id)
             seen.answer = answer
         return answer
 
-    async def _fenced(self, route: ToolRoute, call: ToolCall, key: str) -> Answer:
+    async def _fenced(self, route: ToolRoute, call: ToolCall, key: str, note: WriteNote | None) -> Answer:
         try:
             decision = await self._fences.begin(
                 principal=call.principal, key=key, tool=route.name, arguments=call.arguments, effect=route.effect
             )
         except ValueError as exc:
             # The fingerprint needs canonical JSON; NaN or infinities have none.
+            if note is not None:
+                note.reason = "arguments not valid JSON"
             return rejected(f"The tool {route.name} was not run: its arguments are not valid JSON ({exc}).")
         except self._fences.store.transient_errors:
             # Busy past its timeout (a purge, another process's long write) or out of resources:
             # nothing was claimed and nothing sent; the same key may be sent again as new.
             logger.warning("tools/call %s: the fence store was busy or failing; not sent", route.name, exc_info=True)
+            if note is not None:
+                note.reason = "the fence store was busy"
             return rejected(STORE_BUSY_TEXT)
         self._telemetry.fenced(route, decision)
+        if note is not None:
+            note.fence_state = fence_state(decision) or "none"
         match decision:
             case Replay():
                 return Answer.from_wire(decision.answer)
@@ -264,15 +328,16 @@ class CallPipeline:
             case FenceRejected():
                 return rejected(decision.text)
             case Proceed():
-                return await self._claimed(route, call, decision.ticket)
+                return await self._claimed(route, call, decision.ticket, note)
 
-    async def _claimed(self, route: ToolRoute, call: ToolCall, ticket: Ticket) -> Answer:
+    async def _claimed(self, route: ToolRoute, call: ToolCall, ticket: Ticket, note: WriteNote | None = None) -> Answer:
         # Shielded: once claimed, a call runs to its recorded end even if the client goes
         # away, so the client's retry gets the answer instead of an unknown.
         with anyio.CancelScope(shield=True):
             try:
                 async with self._fences.holding(ticket):
-                    dispatched = await self._dispatch(route, call, fence_id=ticket.fence_id, takeover=ticket.takeover)
+                    dispatched = await self._timed_dispatch(route, call, note, fence_id=ticket.fence_id,
+                                                            takeover=ticket.takeover)
             except UpstreamRefusedRequest:
                 await self._fences.release(ticket)  # nothing ran: the client changes its request
                 raise

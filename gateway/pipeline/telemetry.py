@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from ..telemetry import Telemetry
     from ..telemetry.metrics import GatewayMetrics
 
-__all__ = ["CallTelemetry", "NO_CALL_TELEMETRY"]
+__all__ = ["CallTelemetry", "NO_CALL_TELEMETRY", "fence_state"]
 
 EFFECT = "dex.effect"
 APPROVAL = "dex.approval"
@@ -53,6 +53,20 @@ def outcome_of(answer: "Answer") -> str:
     if outcome is not None:
         return outcome.value
     return "error" if answer.is_error else "ok"
+
+
+def fence_state(decision: "BeginResult") -> str | None:
+    """The fence's decision as the spans' `dex.fence.state` and the audit log's `fence_state` name it."""
+    match decision:
+        case Proceed():
+            return "taken_over" if decision.takeover else "claimed"
+        case Replay():
+            return "replayed"
+        case FenceUnknown():
+            return "unknown"
+        case FenceRejected():
+            return "rejected"
+    return None
 
 
 _EVENT_RESULTS: dict[type, str] = {Replied: "replied", RpcError: "rpc_error", Interrupted: "interrupted", NotSent: "not_sent"}
@@ -149,25 +163,19 @@ class CallTelemetry:
         metrics = self.metrics
         if metrics is None and self.tracer is None:
             return
-        match decision:
-            case Proceed():
-                state = "taken_over" if decision.takeover else "claimed"
-                if metrics is not None:
+        state = fence_state(decision)
+        if state is None:
+            return
+        if metrics is not None:
+            match decision:
+                case Proceed():
                     self.child(metrics.fence_takeovers if decision.takeover else metrics.fence_claims, route.name).inc()
-            case Replay():
-                state = "replayed"
-                if metrics is not None:
+                case Replay():
                     self.child(metrics.fence_replays, route.name).inc()
-            case FenceUnknown():
-                state = "unknown"
-                if metrics is not None:
+                case FenceUnknown():
                     self.child(metrics.fence_unknowns, route.name, decision.reason.value).inc()
-            case FenceRejected():
-                state = "rejected"
-                if metrics is not None:
+                case FenceRejected():
                     self.child(metrics.fence_rejections, route.name).inc()
-            case _:
-                return
         if self.tracer is not None:
             span = _current_span()
             span.set_attribute(FENCE, state)

@@ -24,6 +24,10 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..pipeline.telemetry import CallTelemetry
+from ..pipeline.audit import CallAudit
+from ..audit import AuditLog
+from ..audit.admin_api import audit_routes
+from ..audit.runtime import open_audit, start_audit
 from ..pipeline.calls import CallPipeline
 from ..pipeline.rounds import Parking
 from ..pipeline.catalog import Catalog
@@ -86,6 +90,7 @@ class Runtime:
     media: Media
     listen: ListenStreams
     tasks: Tasks | None = None
+    audit: AuditLog | None = None  # None: audit.enabled false
     # Calls held for a person's decision (gateway/approvals/, docs/approvals.md).
     approvals: Approvals | None = None
     # Pinned tool definitions (gateway/pins/, docs/pinning.md).
@@ -151,7 +156,7 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
             anyio.create_task_group() as tg, database, opened(open_fence_store(database)) as store, connectors,
             open_media(config.media, database) as media, open_tasks_store(config.tasks, database) as task_store,
             opened(open_approval_store(database)) as approval_store, opened(open_pin_store(database)) as pin_store,
-            opened(open_resolution_store(database)) as resolutions,
+            opened(open_resolution_store(database)) as resolutions, open_audit(config.audit, database) as audit,
         ):
             if config.connectors.dir:
                 await connectors.load_dir(config.connectors.dir)
@@ -161,7 +166,7 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
                             on_change=metrics.definition_changed if metrics is not None else None)
             await pins.load()  # before the first listing is checked against them
             runtime = await _build_runtime(config, tg, store, authenticator, connectors, media, task_store, ops=ops,
-                                           supervisor=supervisor, approval_store=approval_store, pins=pins)
+                                           supervisor=supervisor, approval_store=approval_store, pins=pins, audit=audit)
             runtime.resolutions = resolutions
             holder.runtime = runtime
             app.state.runtime = runtime
@@ -177,6 +182,8 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
                             runtime.approvals.run_sweeper, config.fences.sweep_interval_seconds))
                     tg.start_soon(supervisor.loop, "pin review poller", partial(pins.run_poller, PIN_POLL_SECONDS))
                     tg.start_soon(supervisor.once, "catalog warm-up", lambda: _warm_up(runtime))
+                    if audit is not None:
+                        start_audit(config.audit, audit, lambda work, fn: tg.start_soon(supervisor.loop, work, fn))
                     yield runtime
             finally:
                 holder.runtime = None
@@ -227,6 +234,8 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
     routes.extend(admin_routes(connectors, _admin_check(authenticator)))
     routes.extend(pin_routes(lambda: holder.runtime.pins if holder.runtime is not None else None,
                              _admin_check(authenticator)))
+    routes.extend(audit_routes(lambda: (None if holder.runtime is None else holder.runtime.audit, holder.runtime is not None),
+                               _admin_check(authenticator)))
     routes.extend(approval_routes(lambda: holder.runtime.approvals if holder.runtime is not None else None,
                                   _approver_check(authenticator)))
     routes.extend(ops.routes(authenticator))
@@ -319,6 +328,7 @@ async def _build_runtime(
     *,
     ops: Operations,
     supervisor: Supervisor | None = None,
+    audit: AuditLog | None = None,
     approval_store: ApprovalStore | None = None,
     pins: ToolPins | None = None,
 ) -> Runtime:
@@ -364,7 +374,7 @@ async def _build_runtime(
     pipeline = CallPipeline(
         catalog, upstreams, fences, scope, max_result_bytes=config.server.max_result_bytes, media=media.stage,
         upstream_tasks=task_requests(config.tasks), telemetry=call_telemetry, limits=ops.limits, parking=parking,
-        policy=policy,
+        policy=policy, audit=CallAudit(audit),
         approvals=ApprovalStage(approvals, policy, call_telemetry, reuse_seconds=config.fences.retention_hours * 3600)
         if approvals is not None else None,
     )
@@ -396,6 +406,7 @@ async def _build_runtime(
         tasks=tasks,
         supervisor=supervisor,
         front=front,
+        audit=audit,
         approvals=approvals,
         pins=pins,
     )

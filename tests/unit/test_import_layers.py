@@ -32,6 +32,7 @@ LAYERS: dict[str, list[str]] = {
         "telemetry",       # tracing and metrics
         "auth",            # principals and their scope
         "fences",          # the idempotency fences
+        "audit",           # the audit log: rows, stores, writer, admin API
         "approvals",       # calls held for a person's decision: records, store, admin API
         "pins",            # pinned tool definitions: digests, store, review
         "media",           # images stored once by SHA-256
