@@ -27,7 +27,7 @@ from gateway.config.model import AuthConfig, StdioUpstreamConfig, TokenConfig
 from tests.gateway.helpers import KEY, connect, text_of
 from tests.support.browser import launch, phone_page, require_browser, run_async
 from tests.support.gateway import RunningGateway, start_gateway, write_config
-from tests.support.hostile import HOSTILE_NAME, HOSTILE_NAME_SHOWN
+from tests.support.hostile import HOSTILE_NAME
 from tests.support.scripted_server import SCRIPT_FILE, SCRIPT_PATH, STATE_ENV, read_attempts
 from tests.support.servers import REPO_ROOT
 
@@ -197,7 +197,10 @@ def test_a_changed_definition_is_reviewed_with_a_diff_and_accepted(setup: Setup,
     card = page.locator("#view-pins article.pin", has_text="refund")
     expect(card).to_have_count(1, timeout=WAIT_MS)
     expect(card.locator(".diff .del")).to_contain_text(["scripted: refund"])
-    expect(card.locator(".diff .add")).to_contain_text(["Refunds an order. " + HOSTILE_NAME_SHOWN])
+    # The definition's JSON, line by line: the hostile text as text, its invisible characters escaped.
+    shown = json.dumps("Refunds an order. " + HOSTILE_NAME, ensure_ascii=False)
+    shown = shown.replace("\u202e", "\\u202e").replace("\u200b", "\\u200b")
+    expect(card.locator(".diff .add")).to_contain_text(['"description": ' + shown])
     assert page.evaluate("window.__pwned") is None and page.locator("main img, main script").count() == 0
     card.get_by_role("button", name="Accept").click()
     expect(card.locator(".outcome")).to_have_text("Accepted: the new definition is pinned.")
