@@ -193,7 +193,9 @@ def test_tools_view(setup: Setup, page: Any) -> None:
     charge = view.locator("tr", has_text="ledger__charge")
     expect(charge.locator("td[data-label=Effect]")).to_have_text("non_idempotent_write", timeout=WAIT_MS)
     expect(view.locator("tr", has_text="ledger__balance").locator("td[data-label=Effect]")).to_have_text("read")
-    if not route_exists(setup, "/admin/pins?state=all"):
+    if route_exists(setup, "/admin/pins?state=all"):
+        expect(charge.locator("td[data-label=Pin]")).to_have_text("pinned")  # first seen: pinned (pinning: warn)
+    else:
         expect(view.locator(".pins-note")).to_have_text("Pin state: not available on this gateway.")
 
 

@@ -162,6 +162,7 @@
       { label: "Era", value: (u) => u.era },
       { label: "Tools", value: (u) => u.tools },
       { label: "Transport", value: (u) => u.transport },
+      { label: "Pinning", value: (u) => u.pinning },
       { label: "Listed", value: (u) => (u.listed_seconds_ago === null || u.listed_seconds_ago === undefined) ? "never" : u.listed_seconds_ago + " s ago" },
       { label: "Last error", value: (u) => u.last_error ? u.last_error + " (" + u.last_error_at + ")" : null },
     ], items));
