@@ -47,7 +47,8 @@ def _asset(name: str) -> Response:
 
 def page_routes() -> list[Route]:
     async def page(request: Request) -> Response:
-        if (problem := session_id_problem(request.path_params["session_id"])) is not None:
+        session_id = request.path_params.get("session_id")  # None: /ui/, the session list
+        if session_id is not None and (problem := session_id_problem(session_id)) is not None:
             return Response(problem, status_code=400, media_type="text/plain; charset=utf-8", headers=_HEADERS)
         return _asset("page.html")
 
