@@ -231,7 +231,7 @@ def operator_routes(
 
     async def tasks(request: Request, v: OperatorView) -> Response:
         if v.tasks is None:
-            return _error(404, "tasks are not enabled on this gateway (tasks.store)")
+            return _error(404, "tasks are off on this gateway (tasks.enabled: false)")
         status = _choice(request, "status", [s.value for s in TaskStatus], None)
         records = await v.tasks.list(principal=request.query_params.get("principal") or None,
                                      status=TaskStatus(status) if status else None, limit=_limit(request, 50))
@@ -239,7 +239,7 @@ def operator_routes(
 
     async def cancel(request: Request, v: OperatorView) -> Response:
         if v.tasks is None:
-            return _error(404, "tasks are not enabled on this gateway (tasks.store)")
+            return _error(404, "tasks are off on this gateway (tasks.enabled: false)")
         task_id = request.path_params["task_id"]
         before = await v.tasks.get(task_id)
         if before is None:
