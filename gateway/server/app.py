@@ -47,6 +47,9 @@ from ..storage.database import Database, opened
 from .drain import Drain
 from ..errors import UNAVAILABLE
 from ..fences import Fences, FenceStore, Owner, open_fence_store
+from ..fences.resolutions import ResolutionStore, open_resolution_store
+from .console import console_routes
+from .operator_api import OperatorView, operator_routes
 from ..front import ClientEvents, Front, Sessions, build_front
 from ..http.asgi import Refusal
 from ..http.auth import Authenticator, BearerAuth
@@ -94,6 +97,8 @@ class Runtime:
     pins: ToolPins | None = None
     # The front below authentication: tools/call and tools/list for an Identity.
     front: Front | None = None
+    # Operators' notes on fences in `unknown` (gateway/fences/resolutions.py; the console).
+    resolutions: ResolutionStore | None = None
     # Every upstream has been asked for its tools once (reported by /readyz, not gated on:
     # one hung upstream must not take a replica out of rotation).
     catalog_listed: bool = False
@@ -150,8 +155,8 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
         async with (
             anyio.create_task_group() as tg, database, opened(open_fence_store(database)) as store, connectors,
             open_media(config.media, database) as media, open_tasks_store(config.tasks, database) as task_store,
-            open_audit(config.audit, database) as audit,
             opened(open_approval_store(database)) as approval_store, opened(open_pin_store(database)) as pin_store,
+            opened(open_resolution_store(database)) as resolutions, open_audit(config.audit, database) as audit,
         ):
             if config.connectors.dir:
                 await connectors.load_dir(config.connectors.dir)
@@ -161,8 +166,8 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
                             on_change=metrics.definition_changed if metrics is not None else None)
             await pins.load()  # before the first listing is checked against them
             runtime = await _build_runtime(config, tg, store, authenticator, connectors, media, task_store, ops=ops,
-                                           supervisor=supervisor, approval_store=approval_store, audit=audit,
-                                           pins=pins)
+                                           supervisor=supervisor, approval_store=approval_store, pins=pins, audit=audit)
+            runtime.resolutions = resolutions
             holder.runtime = runtime
             app.state.runtime = runtime
             holder.started = True
@@ -234,6 +239,8 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
     routes.extend(approval_routes(lambda: holder.runtime.approvals if holder.runtime is not None else None,
                                   _approver_check(authenticator)))
     routes.extend(ops.routes(authenticator))
+    routes.extend(operator_routes(lambda: _operator_view(holder.runtime), _admin_check(authenticator)))
+    routes.extend(console_routes())
     app = _GatewayApp(config.server.path, ops.edge(front, authenticator), routes=routes, lifespan=lifespan)
     app.guard_admin(HostOriginPolicy(config.server))
     # /media: the same Host/Origin guard and bearer auth as /mcp (gateway/media/serving.py).
@@ -256,6 +263,13 @@ def _may_see_detail(authenticator: Authenticator, request: Request) -> bool:
     if not authenticator.config.any_credential:
         return request.client is not None and _is_loopback(request.client.host)
     return authenticator.is_admin(request.headers.get("authorization"))
+
+
+def _operator_view(runtime: Runtime | None) -> OperatorView | None:
+    if runtime is None or runtime.resolutions is None:
+        return None
+    return OperatorView(config=runtime.config, caches=runtime.caches, catalog=runtime.catalog, fences=runtime.store,
+                        resolutions=runtime.resolutions, tasks=runtime.tasks.store if runtime.tasks else None)
 
 
 def _is_loopback(host: str) -> bool:
@@ -294,7 +308,7 @@ class _GatewayApp(Starlette):
             if path == self._mcp_path:
                 await self._mcp_endpoint(scope, receive, send)
                 return
-            if path == "/admin" or path.startswith("/admin/"):
+            if path == "/admin" or path.startswith(("/admin/", "/console")):
                 await self._admin(scope, receive, send)
                 return
             if path.startswith("/media/"):

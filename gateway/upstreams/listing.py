@@ -48,6 +48,8 @@ class _Entry:
     inflight: anyio.Event | None = None
     inflight_since: float = 0.0
     refused: str | None = None  # why the last listing was refused (too many items), if it was
+    error: str | None = None  # why the last fetch failed (kept after a later success: the console shows it)
+    error_at: float | None = None  # wall-clock time of that failure (Unix seconds)
 
 
 @dataclass
@@ -108,6 +110,18 @@ class ListingCache:
         """Why listings of this upstream were refused on their last fetch (too many items)."""
         return [entry.refused for entry in self._entries.values() if entry.refused is not None]
 
+    def last_error(self) -> tuple[str, float] | None:
+        """The most recent failed listing of this upstream: (why, when in Unix seconds), or None."""
+        failures = [(e.error_at, e.error) for e in self._entries.values() if e.error is not None and e.error_at is not None]
+        if not failures:
+            return None
+        at, why = max(failures)
+        return why, at
+
+    @staticmethod
+    def _failed(entry: _Entry, why: str) -> None:
+        entry.error, entry.error_at = why, time.time()
+
     def _start_fetch(self, kind: ListKind, entry: _Entry) -> anyio.Event:
         entry.inflight = anyio.Event()
         entry.inflight_since = self.clock()
@@ -123,15 +137,18 @@ class ListingCache:
         except UpstreamListingRefused as exc:
             entry.failed_at = self.clock()
             entry.refused = exc.reason
+            self._failed(entry, f"{kind.method}: {exc.reason}")
             kept = "no listing is kept" if entry.items is None else f"the previous {len(entry.items)} items are kept"
             logger.error("upstream %s: %s; %s (upstreams[].max_listed_items)", self.upstream.name, exc.reason, kept)
         except (UpstreamError, TimeoutError) as exc:
             entry.failed_at = self.clock()
             what = "listing failed" if entry.items is None else "refresh failed, serving the cached list"
             reason = str(exc) if isinstance(exc, UpstreamError) else "no complete answer in time"
+            self._failed(entry, f"{kind.method}: {reason}")
             logger.warning("upstream %s: %s %s: %s", self.upstream.name, kind.method, what, reason)
         except Exception:  # noqa: BLE001 - one bad upstream answer must never stop the gateway
             entry.failed_at = self.clock()
+            self._failed(entry, f"{kind.method}: failed unexpectedly (see the gateway log)")
             logger.exception("upstream %s: %s failed unexpectedly", self.upstream.name, kind.method)
         else:
             # No listing yet and an empty one publish the same nothing: not a change.

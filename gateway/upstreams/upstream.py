@@ -73,6 +73,7 @@ class Upstream:
         self.resource_listeners: list[Callable[[str], object]] = []
         self._watched: set[str] = set()
         self._closed = False  # closed for good (shutdown): no connection is made again
+        self._last_era: str | None = None  # the era of the last connection that was closed (operators)
         # The tokens the gateway sends this upstream (auth.mode; gateway/upstreams/credentials.py).
         self.credentials = UpstreamCredentials(config) if isinstance(config, HttpUpstreamConfig) else None
         # token_exchange: each caller's own session when the upstream keeps sessions (caller_sessions.py).
@@ -216,6 +217,11 @@ class Upstream:
         connection = self._connection
         return getattr(connection, "protocol_version", None) if connection is not None else None
 
+    @property
+    def last_known_era(self) -> str | None:
+        """The era of the live connection, else of the last one (operators: the console)."""
+        return self.protocol_version or self._last_era
+
     async def watch_resource(self, uri: str) -> None:
         """Have the upstream report updates of `uri`; raises what its connection raises."""
         self._watched.add(uri)
@@ -353,6 +359,7 @@ class Upstream:
         async with self._connect_lock:
             if self._connection is connection:
                 self._connection = None
+            self._last_era = getattr(connection, "protocol_version", None) or self._last_era
         with anyio.CancelScope(shield=True):
             await connection.aclose()
 

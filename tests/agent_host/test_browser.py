@@ -13,8 +13,6 @@ playwright package) these tests are skipped, saying why.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,27 +22,14 @@ import pytest
 
 from agent_host.approvals.gate import approval_id, call_summary
 from agent_host.api.web_page import CONTENT_SECURITY_POLICY
-from tests.agent_host.host_support import REPO_ROOT, Proc, Stack, dex_agent
+from tests.agent_host.host_support import Proc, Stack, dex_agent
 from tests.agent_host.scripts import HOSTILE_ARGUMENTS
+from tests.support.browser import launch, phone_page, require_browser
 from tests.support.servers import free_port, read_executions
 
-CHROMIUM = Path("/usr/bin/chromium")
-if not CHROMIUM.exists():
-    pytest.skip(
-        "the browser tests need Debian's chromium at /usr/bin/chromium; `make test` installs it "
-        "(apt-get install -y chromium) when apt-get is there and it runs as root",
-        allow_module_level=True,
-    )
-sync_api = pytest.importorskip(
-    "playwright.sync_api", reason="the browser tests need the playwright package (pip install -e '.[test]')"
-)
+sync_api = require_browser()
 expect = sync_api.expect
 
-FLAGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
-]
-ARTIFACTS = REPO_ROOT / "tests" / "artifacts" / "browser"
 SCRIPTS = "scripted:tests.agent_host.scripts:"
 APPROVER, AGENT = "approver-secret", "agent-secret"
 ENV = {"DEX_APPROVER_TOKEN": APPROVER, "DEX_AGENT_TOKEN": AGENT}
@@ -53,35 +38,14 @@ WAIT_MS = 20_000
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    profile = tempfile.mkdtemp(prefix="dex-agent-chromium-")
-    with sync_api.sync_playwright() as playwright:
-        # Playwright gives every launch a fresh profile of its own; the XDG dirs keep chromium's
-        # other files in this test's temporary directory too.
-        chromium = playwright.chromium.launch(
-            executable_path=str(CHROMIUM), headless=True, args=FLAGS,
-            env={"HOME": profile, "XDG_CONFIG_HOME": profile, "XDG_CACHE_HOME": profile},
-        )
-        yield chromium
-        chromium.close()
-    shutil.rmtree(profile, ignore_errors=True)
+    yield from launch(sync_api)
 
 
 @pytest.fixture
 def page(browser: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
     """A phone-sized page; a script error or a Content-Security-Policy violation fails the test (the
     host exits after its turn, so refused reconnections of the live stream are expected)."""
-    context = browser.new_context(viewport={"width": 390, "height": 844}, device_scale_factor=2, is_mobile=True, has_touch=True)
-    tab = context.new_page()
-    errors: list[str] = []
-    tab.on("pageerror", lambda error: errors.append(str(error)))
-    tab.on("console", lambda message: errors.append(message.text) if "Refused to" in message.text or "Content Security Policy" in message.text else None)
-    yield tab
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    shot = ARTIFACTS / f"{request.node.name}.png"
-    tab.screenshot(path=str(shot), full_page=True)
-    print(f"screenshot: {shot}")
-    context.close()
-    assert not errors, errors
+    yield from phone_page(browser, request.node.name)
 
 
 def start(stack: Stack, tmp_path: Path, script: str, session: str, message: str = "go") -> tuple[Proc, str]:

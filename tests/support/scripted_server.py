@@ -9,7 +9,9 @@ errors, non-JSON lines. The gateway starts it as a `transport: stdio` upstream:
 
 The state dir holds `script.json`, written by the test before the gateway starts:
 
-    {"tools": [{"name": "...", "effect": "read" | ... | null, "events": [event, ...]}]}
+    {"tools": [{"name": "...", "effect": "read" | ... | null, "description"?: "...", "events": [event, ...]}]}
+
+(read again at every `tools/list`: a test that rewrites the file changes the definitions listed next)
 
 and everything the server keeps across its own exits (the gateway restarts it after each):
 
@@ -121,6 +123,7 @@ class _Server:
             elif method == "ping":
                 self.send({"jsonrpc": "2.0", "id": request_id, "result": {}})
             elif method == "tools/list":
+                self.tools = {t["name"]: t for t in json.loads((self.state / SCRIPT_FILE).read_text())["tools"]}
                 self.send({"jsonrpc": "2.0", "id": request_id, "result": {"tools": [self.definition(t) for t in self.tools.values()]}})
             elif method == "tools/call":
                 self.call(request_id, message.get("params") or {})
@@ -131,7 +134,7 @@ class _Server:
     def definition(tool: dict[str, Any]) -> dict[str, Any]:
         definition: dict[str, Any] = {
             "name": tool["name"],
-            "description": f"scripted: {tool['name']}",
+            "description": tool.get("description", f"scripted: {tool['name']}"),
             "inputSchema": {"type": "object", "properties": {"run": {"type": "string"}}},
         }
         if tool.get("effect"):

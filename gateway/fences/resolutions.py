@@ -1,0 +1,178 @@
+"""Operators' notes on fences in `unknown`: "I checked it, here is what happened".
+
+A fence in `unknown` is terminal: the gateway cannot know whether the write took effect, and every
+retry with that key gets the same `unknown` answer (SPEC 4). A person checks the upstream system and
+records what they found here. Resolving changes **only what the console lists**: the fence leaves
+the list of fences to check and carries the note, who wrote it and when. It does not change the
+fence: retries still get the `unknown` answer they got before (rewriting it to "done" would tell a
+client a result the gateway never saw), and the retention sweep deletes it as any other fence (the
+note is then dropped with it from every listing).
+
+One small table (`dex_fence_resolutions`) in the gateway's database, keyed by fence id, next to
+the fences: every replica sees the same notes. The first resolution stands: resolving again
+returns the existing note (409 on the admin API), so two operators never overwrite each other.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from ..storage.database import Database, PoolLease, SqliteConnections, lock_schema, write_transaction
+from ..storage.private_files import private_file
+from ..storage.urls import parse_sqlite_url
+
+if TYPE_CHECKING:
+    import asyncpg
+
+T = TypeVar("T")
+TABLE = "dex_fence_resolutions"
+MAX_NOTE_CHARS = 2000
+
+__all__ = ["MAX_NOTE_CHARS", "Resolution", "ResolutionStore", "open_resolution_store"]
+
+
+@dataclass(frozen=True, slots=True)
+class Resolution:
+    fence_id: str
+    note: str
+    resolved_by: str
+    resolved_at: float  # Unix seconds
+
+
+class ResolutionStore(Protocol):
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def resolve(self, resolution: Resolution) -> tuple[bool, Resolution]:
+        """Record `resolution` unless the fence has one: (True, it) or (False, the first one)."""
+
+    async def of(self, fence_ids: list[str]) -> dict[str, Resolution]:
+        """The resolutions of these fences (absent: not resolved)."""
+
+
+def open_resolution_store(where: str | Database) -> ResolutionStore:
+    """A store (not yet opened) in the fence store's database (`fences.store`)."""
+    database = where if isinstance(where, Database) else Database(where)
+    if database.scheme == "memory":
+        return MemoryResolutionStore()
+    if database.scheme == "sqlite":
+        parsed = parse_sqlite_url(database.url)
+        return SqliteResolutionStore(parsed.path, busy_timeout_ms=int(parsed.options.get("busy_timeout_ms", 10_000)))
+    if database.scheme == "postgresql":
+        return PostgresResolutionStore(database, owns_database=not isinstance(where, Database))
+    raise ValueError(f"unsupported store URL scheme {database.scheme!r}: use memory://, sqlite:///PATH or postgresql://…")
+
+
+class MemoryResolutionStore:
+    def __init__(self) -> None:
+        self._items: dict[str, Resolution] = {}
+
+    async def open(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    async def resolve(self, resolution: Resolution) -> tuple[bool, Resolution]:
+        existing = self._items.setdefault(resolution.fence_id, resolution)
+        return existing is resolution, existing
+
+    async def of(self, fence_ids: list[str]) -> dict[str, Resolution]:
+        return {i: self._items[i] for i in fence_ids if i in self._items}
+
+
+def _row(row: Any) -> Resolution:
+    fence_id, note, by, at = tuple(row)
+    return Resolution(fence_id=fence_id, note=note, resolved_by=by, resolved_at=float(at))
+
+
+class SqliteResolutionStore:
+    def __init__(self, path: str | Path, *, busy_timeout_ms: int = 10_000) -> None:
+        self.path = Path(path)
+        self._connections = SqliteConnections(self.path, busy_timeout_ms=busy_timeout_ms)
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await self._connections.run(fn, *args)
+
+    async def open(self) -> None:
+        private_file(self.path)
+        await self._run(self._migrate)
+
+    @staticmethod
+    def _migrate(conn: sqlite3.Connection) -> None:
+        conn.execute("PRAGMA journal_mode=WAL")
+        write_transaction(conn, lambda c: c.execute(
+            f"CREATE TABLE IF NOT EXISTS {TABLE} (fence_id TEXT PRIMARY KEY, note TEXT NOT NULL,"
+            " resolved_by TEXT NOT NULL, resolved_at REAL NOT NULL)"))
+
+    async def close(self) -> None:
+        return None
+
+    async def resolve(self, resolution: Resolution) -> tuple[bool, Resolution]:
+        def op(conn: sqlite3.Connection) -> tuple[bool, Resolution]:
+            def step(c: sqlite3.Connection) -> tuple[bool, Resolution]:
+                inserted = c.execute(
+                    f"INSERT OR IGNORE INTO {TABLE} VALUES (?, ?, ?, ?)",
+                    (resolution.fence_id, resolution.note, resolution.resolved_by, resolution.resolved_at),
+                ).rowcount == 1
+                row = c.execute(f"SELECT * FROM {TABLE} WHERE fence_id = ?", (resolution.fence_id,)).fetchone()
+                return inserted, _row(row)
+
+            return write_transaction(conn, step)
+
+        return await self._run(op)
+
+    async def of(self, fence_ids: list[str]) -> dict[str, Resolution]:
+        if not fence_ids:
+            return {}
+
+        def op(conn: sqlite3.Connection) -> dict[str, Resolution]:
+            marks = ", ".join("?" for _ in fence_ids)
+            rows = conn.execute(f"SELECT * FROM {TABLE} WHERE fence_id IN ({marks})", fence_ids).fetchall()
+            return {r.fence_id: r for r in map(_row, rows)}
+
+        return await self._run(op)
+
+
+class PostgresResolutionStore:
+    def __init__(self, database: Database, *, owns_database: bool = False) -> None:
+        self.schema = database.postgres.schema
+        self._lease = PoolLease(database, owner=owns_database, name="fence resolution store")
+        self._t = f'"{self.schema}".{TABLE}'
+
+    @property
+    def _pool(self) -> "asyncpg.Pool":
+        return self._lease.pool
+
+    async def open(self) -> None:
+        if self._lease.held:
+            return
+        async with self._lease.opening() as pool, pool.acquire() as conn, conn.transaction():
+            await lock_schema(conn, self.schema, "dex fence resolutions")
+            await conn.execute(
+                f"CREATE TABLE IF NOT EXISTS {self._t} (fence_id text PRIMARY KEY, note text NOT NULL,"
+                " resolved_by text NOT NULL, resolved_at double precision NOT NULL)"
+            )
+
+    async def close(self) -> None:
+        await self._lease.release()
+
+    async def resolve(self, resolution: Resolution) -> tuple[bool, Resolution]:
+        async with self._pool.acquire() as conn, conn.transaction():
+            status = await conn.execute(
+                f"INSERT INTO {self._t} VALUES ($1, $2, $3, $4) ON CONFLICT (fence_id) DO NOTHING",
+                resolution.fence_id, resolution.note, resolution.resolved_by, resolution.resolved_at,
+            )
+            row = await conn.fetchrow(f"SELECT * FROM {self._t} WHERE fence_id = $1", resolution.fence_id)
+        return status.endswith(" 1"), _row(row)
+
+    async def of(self, fence_ids: list[str]) -> dict[str, Resolution]:
+        if not fence_ids:
+            return {}
+        rows = await self._pool.fetch(f"SELECT * FROM {self._t} WHERE fence_id = ANY($1::text[])", fence_ids)
+        return {r.fence_id: r for r in map(_row, rows)}
