@@ -32,6 +32,7 @@ from ..connectors import ConnectorRegistry
 from ..connectors.admin_api import admin_routes
 from ..connectors.bindings.policy import BindingPolicy
 from ..storage.database import Database, opened
+from ..storage.events import ClusterEvents
 from .drain import Drain
 from ..errors import UNAVAILABLE
 from ..fences import Fences, FenceStore, Owner, open_fence_store
@@ -110,6 +111,7 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
     # Registrations live in the fence store's database, so every replica sees the same set.
     database = Database(config.fences.store)  # one pool (PostgreSQL) for fences and registrations
     connectors = ConnectorRegistry(database, policy=BindingPolicy.from_config(config.connectors))
+    cluster = ClusterEvents(database, origin=uuid.uuid4().hex)  # other replicas' events (PostgreSQL only)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -137,7 +139,7 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
             if config.connectors.dir:
                 await connectors.load_dir(config.connectors.dir)
             runtime = await _build_runtime(config, tg, store, authenticator, connectors, media, task_store, ops=ops,
-                                           supervisor=supervisor)
+                                           supervisor=supervisor, cluster=cluster)
             holder.runtime = runtime
             app.state.runtime = runtime
             holder.started = True
@@ -274,7 +276,9 @@ async def _build_runtime(
     *,
     ops: Operations,
     supervisor: Supervisor | None = None,
+    cluster: ClusterEvents | None = None,
 ) -> Runtime:
+    """`cluster`: events to and from the other replicas sharing PostgreSQL (gateway/storage/events.py)."""
     supervisor = supervisor or Supervisor(ops.telemetry.metrics)
 
     def spawn(work: str, fn: Callable[[], Awaitable[object]]) -> None:
@@ -299,8 +303,17 @@ async def _build_runtime(
         def tell_task_status(record: TaskRecord) -> None:
             if events.sessions.watches_task(record.task_id):  # none on a stateless front: nothing to do
                 spawn("task status notifier", partial(events.task_saved, record))
+            if cluster is not None and cluster.enabled:  # a session on another replica may watch it
+                spawn("task change to replicas", partial(cluster.publish, "task", record.task_id))
+
+        async def task_changed_elsewhere(task_id: str) -> None:
+            if task_store is not None and events.sessions.watches_task(task_id):
+                if (record := await task_store.get(task_id)) is not None:
+                    await events.task_saved(record)
 
         task_store.listeners.append(tell_task_status)
+        if cluster is not None:
+            cluster.on("task", task_changed_elsewhere)
     catalog = Catalog(caches, connectors, augment_tasks=task_store is not None and config.tasks.augment,
                       on_lists_changed=lambda kinds: spawn("list change notifier", partial(events.lists_changed, kinds)),
                       spawn=tg.start_soon)
@@ -309,6 +322,9 @@ async def _build_runtime(
     events.sessions.on_release(watch.release, spawn=lambda fn: spawn("subscription release", fn))
     for upstream in upstreams.values():
         upstream.resource_listeners.append(lambda uri: spawn("resource notifier", partial(events.resource_updated, uri)))
+        if cluster is not None and cluster.enabled:
+            upstream.resource_listeners.append(
+                lambda uri: spawn("resource update to replicas", partial(cluster.publish, "resource", uri)))
     scope = authenticator.scope  # OAuth principals' scope is bound from their claims as they authenticate
     policy = Policy(config.policy)
     parking = Parking(tg)
@@ -329,6 +345,20 @@ async def _build_runtime(
         catalog.refresh_routes()
 
     tg.start_soon(supervisor.loop, "connector registry watch", lambda: connectors.watch(connectors_changed))
+    if cluster is not None and cluster.enabled:
+        async def connectors_stored() -> None:
+            await cluster.publish("connectors")
+
+        async def connectors_changed_elsewhere(_ref: str) -> None:
+            connectors.poke()
+
+        connectors.stored_listeners.append(connectors_stored)
+        cluster.on("connectors", connectors_changed_elsewhere)
+        # Each replica's own upstream session may not hear of a change made through another's (a
+        # stdio upstream is a child per replica): its subscribers are told all the same. An upstream
+        # that tells every session may so be told twice; `resources/updated` is idempotent.
+        cluster.on("resource", events.resource_updated)
+        tg.start_soon(supervisor.loop, "events from other replicas", cluster.run)
     return Runtime(
         config=config,
         task_group=tg,
