@@ -7,6 +7,7 @@ import contextlib
 import ipaddress
 from functools import partial
 import logging
+import os
 import socket
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -33,6 +34,9 @@ from ..connectors.admin_api import admin_routes
 from ..connectors.bindings.policy import BindingPolicy
 from ..storage.database import Database, opened
 from ..storage.events import ClusterEvents
+from ..storage.replicas import ReplicaDirectory
+from ..front.forwarding import SessionForwarding
+from ..front.session_manager import GatewaySessionManager
 from .drain import Drain
 from ..errors import UNAVAILABLE
 from ..fences import Fences, FenceStore, Owner, open_fence_store
@@ -92,6 +96,20 @@ class _RuntimeHolder:
     failed: str | None = None
 
 
+REPLICA_SECRET_ENV = "DEX_REPLICA_SECRET"  # the deployment's shared secret: sessions forwarded between replicas
+REPLICA_URL_ENV = "DEX_REPLICA_URL"  # where the other replicas reach this one's MCP endpoint
+
+
+def advertised_url(config: GatewayConfig) -> str:
+    """This process's MCP endpoint as the other replicas reach it: `DEX_REPLICA_URL`, else the
+    address it serves on (loopback for a wildcard bind)."""
+    if url := os.environ.get(REPLICA_URL_ENV):
+        return url
+    host = config.server.host if config.server.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
+    host = f"[{host}]" if ":" in host else host
+    return f"http://{host}:{config.server.port}{config.server.path}"
+
+
 def replica_id_for(config: GatewayConfig) -> str:
     """Stable across restarts of one replica (same host and port), unique among replicas."""
     if config.fences.replica_id:
@@ -111,7 +129,13 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
     # Registrations live in the fence store's database, so every replica sees the same set.
     database = Database(config.fences.store)  # one pool (PostgreSQL) for fences and registrations
     connectors = ConnectorRegistry(database, policy=BindingPolicy.from_config(config.connectors))
-    cluster = ClusterEvents(database, origin=uuid.uuid4().hex)  # other replicas' events (PostgreSQL only)
+    boot_id = uuid.uuid4().hex  # this process start, as the other replicas know it
+    cluster = ClusterEvents(database, origin=boot_id)  # other replicas' events (PostgreSQL only)
+    directory = ReplicaDirectory(database, replica_id=replica_id_for(config), boot_id=boot_id,
+                                 url=advertised_url(config))
+    secret = os.environ.get(REPLICA_SECRET_ENV, "")
+    forwarding = (SessionForwarding(boot_id, secret, directory.url_of)
+                  if secret and directory.enabled and config.server.stateful else None)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -140,6 +164,11 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
                 await connectors.load_dir(config.connectors.dir)
             runtime = await _build_runtime(config, tg, store, authenticator, connectors, media, task_store, ops=ops,
                                            supervisor=supervisor, cluster=cluster)
+            if isinstance(runtime.manager, GatewaySessionManager):
+                runtime.manager.forwarding = forwarding
+            await directory.open()
+            if directory.enabled:
+                tg.start_soon(supervisor.loop, "replica heartbeat", directory.run_heartbeat)
             holder.runtime = runtime
             app.state.runtime = runtime
             holder.started = True
@@ -154,6 +183,10 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
             finally:
                 holder.runtime = None
                 runtime.listen.close_all()
+                await directory.close()
+                if forwarding is not None:
+                    with anyio.CancelScope(shield=True):
+                        await forwarding.aclose()
                 with anyio.CancelScope(shield=True):
                     for upstream in runtime.upstreams.values():
                         await upstream.aclose()
