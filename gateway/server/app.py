@@ -35,7 +35,7 @@ from ..connectors.bindings.policy import BindingPolicy
 from ..storage.database import Database, opened
 from ..storage.events import ClusterEvents
 from ..storage.replicas import ReplicaDirectory
-from ..front.forwarding import SessionForwarding
+from ..front.forwarding import RoundForwardingApp, SessionForwarding
 from ..front.session_manager import GatewaySessionManager
 from .drain import Drain
 from ..errors import UNAVAILABLE
@@ -134,8 +134,7 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
     directory = ReplicaDirectory(database, replica_id=replica_id_for(config), boot_id=boot_id,
                                  url=advertised_url(config))
     secret = os.environ.get(REPLICA_SECRET_ENV, "")
-    forwarding = (SessionForwarding(boot_id, secret, directory.url_of)
-                  if secret and directory.enabled and config.server.stateful else None)
+    forwarding = SessionForwarding(boot_id, secret, directory.url_of) if secret and directory.enabled else None
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -163,8 +162,9 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
             if config.connectors.dir:
                 await connectors.load_dir(config.connectors.dir)
             runtime = await _build_runtime(config, tg, store, authenticator, connectors, media, task_store, ops=ops,
-                                           supervisor=supervisor, cluster=cluster)
-            if isinstance(runtime.manager, GatewaySessionManager):
+                                           supervisor=supervisor, cluster=cluster, boot_id=boot_id,
+                                           forwarding=forwarding)
+            if isinstance(runtime.manager, GatewaySessionManager) and config.server.stateful:
                 runtime.manager.forwarding = forwarding
             await directory.open()
             if directory.enabled:
@@ -310,6 +310,8 @@ async def _build_runtime(
     ops: Operations,
     supervisor: Supervisor | None = None,
     cluster: ClusterEvents | None = None,
+    boot_id: str = "local",
+    forwarding: SessionForwarding | None = None,
 ) -> Runtime:
     """`cluster`: events to and from the other replicas sharing PostgreSQL (gateway/storage/events.py)."""
     supervisor = supervisor or Supervisor(ops.telemetry.metrics)
@@ -360,7 +362,7 @@ async def _build_runtime(
                 lambda uri: spawn("resource update to replicas", partial(cluster.publish, "resource", uri)))
     scope = authenticator.scope  # OAuth principals' scope is bound from their claims as they authenticate
     policy = Policy(config.policy)
-    parking = Parking(tg)
+    parking = Parking(tg, owner=boot_id)
     pipeline = CallPipeline(
         catalog, upstreams, fences, scope, max_result_bytes=config.server.max_result_bytes, media=media.stage,
         upstream_tasks=task_requests(config.tasks), telemetry=CallTelemetry.of(ops.telemetry), limits=ops.limits,
@@ -400,7 +402,7 @@ async def _build_runtime(
         upstreams=upstreams,
         caches=caches,
         catalog=catalog,
-        mcp_app=front.app,
+        mcp_app=front.app if forwarding is None else RoundForwardingApp(front.app, forwarding),
         connectors=connectors,
         manager=front.manager,
         media=media,
