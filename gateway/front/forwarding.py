@@ -65,8 +65,9 @@ class SessionForwarding:
     def new_session_id(self) -> str:
         return self.boot_id + uuid.uuid4().hex
 
-    def mark(self, session_id: str) -> str:
-        return hmac.new(self._key, session_id.encode(), hashlib.sha256).hexdigest()
+    def mark(self, key: str) -> str:
+        """`X-Dex-Forwarded` of a request for `key` (a session id, or a parked requestState)."""
+        return hmac.new(self._key, key.encode(), hashlib.sha256).hexdigest()
 
     async def aclose(self) -> None:
         if self._http is not None:
@@ -122,11 +123,10 @@ class SessionForwarding:
 
     async def _forward(self, url: str, key: str, scope: Scope, body: bytes, send: Send) -> bool:
         """The request, passed to `url` and its answer streamed back: True; False when `url` did
-        not answer (nothing was sent)."""
-        session_id = key
+        not answer (nothing was sent). `key`: the session id or parked state the mark is of."""
         headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope.get("headers", [])
                    if k.lower() not in _HOP_BY_HOP]
-        headers.append((FORWARDED_HEADER, self.mark(session_id)))
+        headers.append((FORWARDED_HEADER, self.mark(key)))
         query = scope.get("query_string", b"").decode("latin-1")
         target = url + (f"?{query}" if query else "")
         if self._http is None:
@@ -136,7 +136,7 @@ class SessionForwarding:
             response = await self._http.send(request, stream=True)
         except httpx.HTTPError as exc:
             logger.info("%s…: its replica at %s did not answer (%s); the client starts over",
-                        session_id[:12], url, type(exc).__name__)
+                        key[:12], url, type(exc).__name__)
             return False
         try:
             out = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.headers.multi_items()
@@ -146,7 +146,7 @@ class SessionForwarding:
                 async for chunk in response.aiter_raw():
                     await send(_body(chunk, more=True))
             except httpx.HTTPError:
-                logger.info("%s…: its replica's stream ended early", session_id[:12])
+                logger.info("%s…: its replica's stream ended early", key[:12])
             await send(_body(b"", more=False))
         finally:
             await response.aclose()

@@ -29,7 +29,7 @@ from starlette.types import Receive, Scope, Send
 
 from ..auth.principals import ANONYMOUS
 from ..errors import SessionLimitReached
-from ..http.asgi import refuse
+from ..http.asgi import header, refuse
 from ..internals import admit_session, rekey_session, set_event_store
 from .event_store import DEFAULT_SESSION_BYTES, EventBudget, FrontEventStore
 from .forwarding import SessionForwarding
@@ -61,7 +61,8 @@ class GatewaySessionManager(StreamableHTTPSessionManager):
 
     async def _handle_stateful_request(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.forwarding is not None:
-            session_id = _session_header(scope)
+            found = header(scope, b"mcp-session-id")
+            session_id = found.decode("latin-1") if found is not None else None
             if session_id is not None and session_id not in self._server_instances:
                 if await self.forwarding.handle(session_id, scope, receive, send):
                     return
@@ -108,9 +109,3 @@ class GatewaySessionManager(StreamableHTTPSessionManager):
             store.close()
         await super()._discard_session(session_id, transport)
 
-
-def _session_header(scope: Scope) -> str | None:
-    for key, value in scope.get("headers", []):
-        if key.lower() == b"mcp-session-id":
-            return str(value.decode("latin-1"))
-    return None
