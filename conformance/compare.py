@@ -157,11 +157,13 @@ def _start_target(stack: ExitStack, directory: Path, server: str, target: str, p
 
 
 def _start_gateway(stack: ExitStack, directory: Path, url: str, plain_required: str, *, stateful: bool, store: str,
-                   replica_id: str | None = None, env: dict[str, str] | None = None) -> str:
+                   replica_id: str | None = None, env: dict[str, str] | None = None,
+                   origins: tuple[str, ...] = ()) -> str:
     config = directory / "gateway.yaml"
     directory.mkdir(parents=True, exist_ok=True)
     config.write_text(
-        f"server: {{host: 127.0.0.1, port: 0, stateful: {str(stateful).lower()}}}\n"
+        f"server: {{host: 127.0.0.1, port: 0, stateful: {str(stateful).lower()}"
+        + (f", allowed_origins: [{', '.join(origins)}]" if origins else "") + "}\n"
         "upstreams:\n"
         "  # The suites are plain MCP clients (no idempotency keys): let keyless writes through.\n"
         f'  - {{name: reference, transport: streamable_http, url: "{url}", prefix: "", keyless_writes: pass}}\n'
@@ -188,14 +190,16 @@ def _start_replicas(stack: ExitStack, directory: Path, url: str, plain_required:
                                     "    await c.execute(f'DROP SCHEMA IF EXISTS \"{sys.argv[2]}\" CASCADE')\n"
                                     "    await c.close()\nasyncio.run(drop())", POSTGRES, schema], check=False)
     env = {"DEX_REPLICA_SECRET": uuid.uuid4().hex}
-    ports = []
-    for i in range(3):
-        replica = _start_gateway(stack, directory / f"r{i}", url, plain_required, stateful=True, store=store,
-                                 replica_id=f"r{i}", env=env)
-        ports.append(int(replica.rsplit(":", 1)[1].split("/", 1)[0]))
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
+    # A page on this machine reaches the gateways through the balancer's port: their own origin.
+    origins = (f'"http://localhost:{port}"', f'"http://127.0.0.1:{port}"')
+    ports = []
+    for i in range(3):
+        replica = _start_gateway(stack, directory / f"r{i}", url, plain_required, stateful=True, store=store,
+                                 replica_id=f"r{i}", env=env, origins=origins)
+        ports.append(int(replica.rsplit(":", 1)[1].split("/", 1)[0]))
     servers = "\n".join(f"    server r{i} 127.0.0.1:{p} check" for i, p in enumerate(ports))
     (directory / "haproxy.cfg").write_text(
         "defaults\n    mode http\n    timeout connect 2s\n    timeout client 120s\n    timeout server 120s\n"
