@@ -26,7 +26,8 @@ from tests.support.gateway import REPO_ROOT, RunningGateway, http_upstream, star
 from tests.support.haproxy import start_haproxy
 from tests.support.servers import start_http_server
 
-pytestmark = pytest.mark.anyio
+# Three gateways (and their upstreams) behind haproxy: about 10 s, so with the long tests (make test-all).
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 ADMIN_TOKEN = "replicas-admin-token"
 TICKETS_TEXT = (REPO_ROOT / "examples/connectors/tickets/connector.yaml").read_text()

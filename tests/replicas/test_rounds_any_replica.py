@@ -20,6 +20,9 @@ from tests.support.gateway import RunningGateway, start_gateway, write_config
 from tests.support.haproxy import start_haproxy
 from tests.tasks.tasks_support import post, result_of
 
+# Three gateways with a node child each, behind haproxy: about 10 s, so with the long tests (make test-all).
+pytestmark = pytest.mark.slow
+
 SECRET = {"DEX_REPLICA_SECRET": "replicas-test-secret"}
 ASKS = {"elicitation": {}}
 ANSWER = {"action": "accept", "content": {"name": "Ada", "response": "yes", "confirm": True}}
