@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 TOOLS_VENV := .venv-tools
 TOOLS_STAMP := $(TOOLS_VENV)/.installed
 
-.PHONY: run demo test test-all fuzz bench conformance install clean chromium typecheck idp
+.PHONY: run demo test test-all fuzz bench conformance install clean chromium haproxy typecheck idp
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -43,6 +43,16 @@ chromium:
 	else (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium) \
 	  || echo "make: apt-get could not install chromium: the browser tests will skip"; fi
 
+# The replica tests (tests/replicas/test_load_balanced.py) put Debian's haproxy in front of three
+# gateways; installed here when missing, like chromium. Without it those tests skip and say why.
+HAPROXY := /usr/sbin/haproxy
+haproxy:
+	@if [ -x $(HAPROXY) ]; then :; \
+	elif ! command -v apt-get >/dev/null 2>&1; then echo "make: no apt-get here: haproxy not installed, the load-balanced replica tests will skip"; \
+	elif [ "$$(id -u)" != 0 ]; then echo "make: not root: haproxy not installed (apt-get install -y haproxy), the load-balanced replica tests will skip"; \
+	else (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q haproxy) \
+	  || echo "make: apt-get could not install haproxy: the load-balanced replica tests will skip"; fi
+
 # The test identity provider (tests/support/idp: oidc-provider, pinned by its package-lock.json), for
 # the auth tests; installed again when the lock file changes. tests/support/idp.py installs it too
 # when missing; without node/npm those tests skip and say why.
@@ -59,11 +69,11 @@ idp:
 typecheck: $(STAMP)
 	$(BIN)/python -m mypy gateway agent_host
 
-test: $(STAMP) $(TOOLS_STAMP) chromium idp typecheck
+test: $(STAMP) $(TOOLS_STAMP) chromium haproxy idp typecheck
 	$(BIN)/python -m pytest
 
 # Everything, including the slow crash loops (tests marked slow).
-test-all: $(STAMP) $(TOOLS_STAMP) chromium idp
+test-all: $(STAMP) $(TOOLS_STAMP) chromium haproxy idp
 	$(BIN)/python -m pytest -m ''
 
 # The long fuzz of the front's request parsing (tests/fuzz, marker fuzz): FUZZ_EXAMPLES cases

@@ -29,10 +29,13 @@ import glob
 import json
 import os
 import re
+import shutil
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -48,6 +51,11 @@ SUITES = {
 }
 SERVERS = {"both": [], "handshake": ["--handshake-only"], "session": ["--asks-on-session"]}
 TARGETS = ("direct", "stateful", "stateless")
+# Opt-in (`--targets direct,stateful,replicas`): three stateful gateways sharing PostgreSQL
+# (DEX_CONFORMANCE_POSTGRES_URL, default the test database; a fresh schema, dropped after) and
+# DEX_REPLICA_SECRET, behind Debian's haproxy (round-robin, no stickiness). Judged as `stateful`.
+KNOWN_TARGETS = (*TARGETS, "replicas")
+POSTGRES = os.environ.get("DEX_CONFORMANCE_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
 # Scenarios allowed to differ from direct, with the reason: (suite, server, target, scenario).
 # "*" matches any suite or server. A stateful-gateway scenario that fails while it passes directly
@@ -84,7 +92,7 @@ def main() -> int:
     parser.add_argument("--plain-required", choices=("wait", "refuse"), default="wait",
                         help="the gateway's tasks.plain_required")
     args = parser.parse_args()
-    suites, servers, targets = (_names(args.suites, SUITES), _names(args.servers, SERVERS), _names(args.targets, TARGETS))
+    suites, servers, targets = (_names(args.suites, SUITES), _names(args.servers, SERVERS), _names(args.targets, KNOWN_TARGETS))
     work = Path(tempfile.mkdtemp(prefix="dex-conformance-"))
     results: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
     for server in servers:
@@ -144,21 +152,74 @@ def _start_target(stack: ExitStack, directory: Path, server: str, target: str, p
                  directory / "server.log", env)
     if target == "direct":
         return url
+    if target == "replicas":
+        return _start_replicas(stack, directory, url, plain_required)
+    return _start_gateway(stack, directory, url, plain_required, stateful=target == "stateful",
+                          store=f"sqlite:///{directory / 'gateway.db'}")
+
+
+def _start_gateway(stack: ExitStack, directory: Path, url: str, plain_required: str, *, stateful: bool, store: str,
+                   replica_id: str | None = None, env: dict[str, str] | None = None,
+                   origins: tuple[str, ...] = ()) -> str:
     config = directory / "gateway.yaml"
+    directory.mkdir(parents=True, exist_ok=True)
     config.write_text(
-        f"server: {{host: 127.0.0.1, port: 0, stateful: {str(target == 'stateful').lower()}}}\n"
+        f"server: {{host: 127.0.0.1, port: 0, stateful: {str(stateful).lower()}"
+        + (f", allowed_origins: [{', '.join(origins)}]" if origins else "") + "}\n"
         "upstreams:\n"
         "  # The suites are plain MCP clients (no idempotency keys): let keyless writes through.\n"
         f'  - {{name: reference, transport: streamable_http, url: "{url}", prefix: "", keyless_writes: pass}}\n'
-        f'fences: {{store: "sqlite:///{directory / "gateway.db"}"}}\n'
+        f'fences: {{store: "{store}"' + (f", replica_id: {replica_id}" if replica_id else "") + "}\n"
         f"tasks: {{plain_required: {plain_required}}}\n"
         + (f'media: {{store: "file://{directory / "media"}"}}\n' if os.environ.get("GATEWAY_MEDIA") else "")
     )
-    gateway_url = _spawn(stack, [*GATEWAY, "serve", "--config", str(config), "--port", "0"], directory / "gateway.log")
+    gateway_url = _spawn(stack, [*GATEWAY, "serve", "--config", str(config), "--port", "0"], directory / "gateway.log", env)
     deadline = time.monotonic() + 30
     while "catalog ready" not in (directory / "gateway.log").read_text(errors="replace") and time.monotonic() < deadline:
         time.sleep(0.1)
     return gateway_url
+
+
+def _start_replicas(stack: ExitStack, directory: Path, url: str, plain_required: str) -> str:
+    """Three stateful gateways on one fresh PostgreSQL schema behind haproxy; the balancer's URL."""
+    haproxy = shutil.which("haproxy") or "/usr/sbin/haproxy"
+    if not Path(haproxy).exists():
+        raise SystemExit("conformance: the replicas target needs haproxy (make haproxy)")
+    schema = f"conformance_{uuid.uuid4().hex[:12]}"
+    store = f"{POSTGRES}{'&' if '?' in POSTGRES else '?'}schema={schema}"
+    stack.callback(subprocess.run, [PY, "-c", "import asyncio, asyncpg, sys\n"
+                                    "async def drop():\n    c = await asyncpg.connect(sys.argv[1])\n"
+                                    "    await c.execute(f'DROP SCHEMA IF EXISTS \"{sys.argv[2]}\" CASCADE')\n"
+                                    "    await c.close()\nasyncio.run(drop())", POSTGRES, schema], check=False)
+    env = {"DEX_REPLICA_SECRET": uuid.uuid4().hex}
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    # A page on this machine reaches the gateways through the balancer's port: their own origin.
+    origins = (f'"http://localhost:{port}"', f'"http://127.0.0.1:{port}"')
+    ports = []
+    for i in range(3):
+        replica = _start_gateway(stack, directory / f"r{i}", url, plain_required, stateful=True, store=store,
+                                 replica_id=f"r{i}", env=env, origins=origins)
+        ports.append(int(replica.rsplit(":", 1)[1].split("/", 1)[0]))
+    servers = "\n".join(f"    server r{i} 127.0.0.1:{p} check" for i, p in enumerate(ports))
+    (directory / "haproxy.cfg").write_text(
+        "defaults\n    mode http\n    timeout connect 2s\n    timeout client 120s\n    timeout server 120s\n"
+        f"frontend gateways\n    bind 127.0.0.1:{port}\n    default_backend replicas\n"
+        "backend replicas\n    balance roundrobin\n    option httpchk GET /healthz\n"
+        f"    default-server inter 1s fall 2 rise 1\n{servers}\n")
+    log = (directory / "haproxy.log").open("w")
+    stack.callback(log.close)
+    process = subprocess.Popen([haproxy, "-db", "-f", str(directory / "haproxy.cfg")], stdout=log, stderr=subprocess.STDOUT)
+    stack.callback(_stop, process)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return f"http://127.0.0.1:{port}/mcp"
+        except OSError:
+            time.sleep(0.1)
+    raise SystemExit(f"haproxy did not listen; its log: {directory / 'haproxy.log'}")
 
 
 def _run_suite(suite: str, url: str, out: Path) -> dict[str, Any]:
@@ -191,7 +252,7 @@ def _verdict(checks: list[dict[str, Any]]) -> str:
 
 def _expected(suite: str, server: str, target: str, scenario: str) -> str | None:
     for (s, v, t, n), reason in EXPECTED.items():
-        if s in ("*", suite) and v in ("*", server) and t == target and n == scenario:
+        if s in ("*", suite) and v in ("*", server) and t in (target, "replicas" == target and "stateful") and n == scenario:
             return reason
     return None
 
@@ -221,7 +282,7 @@ def _report(results: dict[tuple[str, str], dict[str, dict[str, Any]]], targets: 
                 reason = _expected(suite, server, target, name)
                 worse = row[target] == "FAIL" and row["direct"] != "FAIL"
                 tag = "expected" if reason else ("WORSE" if worse else "differs")
-                if worse and not reason and target == "stateful" and scored:
+                if worse and not reason and target in ("stateful", "replicas") and scored:
                     failed = True
                 notes.append(f"  {name} [{target}: {row[target]}, direct: {row['direct']}] {tag}: "
                              f"{reason or '; '.join(_failures(by_target[target].get(name))) or 'see checks.json'}")

@@ -69,6 +69,15 @@ def admit_session(manager: Any, requestor: AuthorizationContext | None) -> Strea
     return StreamableHTTPSessionManager._admit_session(manager, requestor)
 
 
+def rekey_session(manager: Any, transport: StreamableHTTPServerTransport, session_id: str) -> None:
+    """Give a just-admitted session (nothing sent yet) the id `session_id` instead of the SDK's."""
+    old = transport.mcp_session_id
+    transport.mcp_session_id = session_id
+    manager._server_instances[session_id] = manager._server_instances.pop(old)
+    if old in manager._session_owners:
+        manager._session_owners[session_id] = manager._session_owners.pop(old)
+
+
 def set_event_store(transport: StreamableHTTPServerTransport, store: EventStore) -> None:
     """Give one session's transport its own SSE event store (the SDK shares one by default)."""
     transport._event_store = store

@@ -142,6 +142,8 @@ class ConnectorRegistry:
         self._db_version: int | None = None
         self._reload_lock: anyio.Lock | None = None
         self._changed: anyio.Event | None = None
+        # Awaited after this process stored a change (the app tells the other replicas at once).
+        self.stored_listeners: builtins.list[Callable[[], Awaitable[None]]] = []
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -235,7 +237,7 @@ class ConnectorRegistry:
             binding=binding_to_json(config) if config else None, created_at=now, updated_at=now,
         ))
         await self._reload()
-        self._signal()
+        await self._stored()
         return (await self.show(entry.connector_id)).model_copy()
 
     async def remove(self, connector_id: str) -> None:
@@ -244,6 +246,10 @@ class ConnectorRegistry:
         if await self._store.delete(connector_id) is None:
             raise RegistrationNotFound(f"no connector {connector_id!r} is registered")
         await self._reload()
+        await self._stored()
+
+    def poke(self) -> None:
+        """Another replica says the registrations changed: read them now, not at the next poll."""
         self._signal()
 
     # -- other replicas ------------------------------------------------------------------
@@ -279,6 +285,11 @@ class ConnectorRegistry:
         resolves to (every new connection is checked again on its peer address)."""
         self._policy.check(binding, source=source, where=where)
         await self._policy.check_resolved(binding, where=where)
+
+    async def _stored(self) -> None:
+        self._signal()
+        for listener in self.stored_listeners:
+            await listener()
 
     def _signal(self) -> None:
         if self._changed is not None:

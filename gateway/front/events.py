@@ -6,8 +6,8 @@
   stream that asked for that kind.
 * Resource updates (an upstream said a resource changed): `notifications/resources/updated` to
   the sessions subscribed to the URI, and to the listen streams that name it.
-* Task changes this process made: `notifications/tasks/status` to the handshake-era session
-  that created the task (gateway/tasks/observed.py tells of them).
+* Task changes (this process's: gateway/tasks/observed.py; other replicas': gateway/storage/events.py):
+  `notifications/tasks/status` to the handshake-era session that created the task.
 
 `ListenStreams` serves `subscriptions/listen` (2026-07-28, SEP-2575) with the SDK's own
 `ListenHandler` (acknowledgement first, every frame tagged with the subscription id, only the

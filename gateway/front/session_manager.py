@@ -29,9 +29,10 @@ from starlette.types import Receive, Scope, Send
 
 from ..auth.principals import ANONYMOUS
 from ..errors import SessionLimitReached
-from ..http.asgi import refuse
-from ..internals import admit_session, set_event_store
+from ..http.asgi import header, refuse
+from ..internals import admit_session, rekey_session, set_event_store
 from .event_store import DEFAULT_SESSION_BYTES, EventBudget, FrontEventStore
+from .forwarding import SessionForwarding
 
 __all__ = ["GatewaySessionManager"]
 
@@ -44,7 +45,7 @@ class GatewaySessionManager(StreamableHTTPSessionManager):
 
     def __init__(self, *args: Any, event_buffer: int = 0, event_buffer_bytes: int = DEFAULT_SESSION_BYTES,
                  event_buffer_total_bytes: int | None = None, max_sessions_per_principal: int | None = None,
-                 **kwargs: Any) -> None:
+                 forwarding: SessionForwarding | None = None, **kwargs: Any) -> None:
         kwargs.pop("event_store", None)  # one store per session, below; never a shared one
         super().__init__(*args, **kwargs)
         self._event_buffer = event_buffer if not self.stateless else 0
@@ -53,11 +54,18 @@ class GatewaySessionManager(StreamableHTTPSessionManager):
         self._max_per_principal = max_sessions_per_principal
         self._principal_of: dict[str, str] = {}  # session id -> the principal that opened it
         self._open_by_principal: Counter[str] = Counter()
+        self.forwarding = forwarding  # sessions other replicas hold (front/forwarding.py); set by the app
 
     def open_sessions(self, principal: str) -> int:
         return self._open_by_principal[principal]
 
     async def _handle_stateful_request(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.forwarding is not None:
+            found = header(scope, b"mcp-session-id")
+            session_id = found.decode("latin-1") if found is not None else None
+            if session_id is not None and session_id not in self._server_instances:
+                if await self.forwarding.handle(session_id, scope, receive, send):
+                    return
         try:
             await super()._handle_stateful_request(scope, receive, send)
         except SessionLimitReached as exc:  # raised by _admit_session, before any response
@@ -79,6 +87,9 @@ class GatewaySessionManager(StreamableHTTPSessionManager):
         transport = admit_session(self, requestor)
         if transport is None or transport.mcp_session_id is None:
             return transport
+        if self.forwarding is not None:  # the id names this process, so other replicas forward to it
+            rekey_session(self, transport, self.forwarding.new_session_id())
+        assert transport.mcp_session_id is not None
         self._principal_of[transport.mcp_session_id] = principal
         self._open_by_principal[principal] += 1
         if self._event_buffer > 0:
@@ -97,3 +108,4 @@ class GatewaySessionManager(StreamableHTTPSessionManager):
         if isinstance(store, FrontEventStore):
             store.close()
         await super()._discard_session(session_id, transport)
+

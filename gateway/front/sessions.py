@@ -9,7 +9,8 @@ request go. For each such connection the gateway keeps:
 * the resources it subscribed to (`resources/subscribe`): `notifications/resources/updated`
   reach only those sessions, and the upstream is watched while any session holds the URI;
 * the tasks it created (`tools/call` with `task`) that have not ended, with the status it was
-  last told: `notifications/tasks/status` goes to that session when this process changes one.
+  last told: `notifications/tasks/status` goes to that session when a task changes (here, or on
+  another replica sharing PostgreSQL: gateway/storage/events.py).
 
 Connections are held weakly: a closed session is forgotten, and its subscriptions released.
 A stateless request has no connection that outlives it, so nothing is kept for it.

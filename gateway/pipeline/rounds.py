@@ -29,8 +29,10 @@ for a handshake-era upstream runs in the background, and:
   requests, and the same request waits again -- for its result, or the upstream's next questions.
 
 The parked request lives in this process (the upstream's session is here too) for `ttl_seconds`
-without a round, then it is cancelled. A round that reaches another process (or comes late) gets
--32602 naming the expired state, and the client starts over. Parking is for requests that may be
+without a round, then it is cancelled. Its `requestState` names this process (`owner`, its boot
+id): a round that reaches another replica is forwarded here (gateway/front/forwarding.py). A
+round that comes late, or whose process died, gets -32602 naming the expired state, and the
+client starts over. Parking is for requests that may be
 asked something: a 2026-07-28 upstream asks with `input_required` itself (passed through).
 """
 from __future__ import annotations
@@ -52,7 +54,7 @@ from ..upstreams.relay import CAPABILITY_OF, CallRelay
 
 __all__ = [
     "INPUT_REQUIRED", "PARKED_STATE_PREFIX", "Parking", "ROUND_KEYS", "answer_rounds", "asked_methods",
-    "is_input_required", "not_provided_text", "round_params", "unanswerable",
+    "is_input_required", "not_provided_text", "parked_owner", "round_params", "unanswerable",
 ]  # fmt: skip
 
 logger = logging.getLogger(__name__)
@@ -144,6 +146,14 @@ def unanswerable(tool: str, answer: Answer) -> Answer:
 
 # -- parking ----------------------------------------------------------------------------------------
 
+
+def parked_owner(state: str) -> str | None:
+    """The process (boot id) a parked `requestState` names, or None when it names none."""
+    if not state.startswith(PARKED_STATE_PREFIX):
+        return None
+    owner, dot, _ = state[len(PARKED_STATE_PREFIX):].partition(".")
+    return owner if dot and owner else None
+
 T = TypeVar("T")
 
 
@@ -231,8 +241,10 @@ class _Parked(Generic[T]):
 
 
 class Parking:
-    def __init__(self, task_group: TaskGroup, *, ttl_seconds: float = 300.0) -> None:
+    def __init__(self, task_group: TaskGroup, *, ttl_seconds: float = 300.0, owner: str = "local") -> None:
+        """`owner`: this process as the other replicas know it (its boot id), named in each state."""
         self._tg = task_group
+        self._owner = owner
         self._ttl = ttl_seconds
         self._parked: dict[str, _Parked[Any]] = {}
 
@@ -262,8 +274,8 @@ class Parking:
             state = str(rounds["requestState"])
             parked: _Parked[Any] | None = self._parked.pop(state, None)
             if parked is None or parked.principal != principal or parked.target != target:
-                raise RequestError(INVALID_PARAMS, "Invalid or expired requestState: the questions were asked by "
-                                   "another gateway process, or too long ago; send the request again without it")
+                raise RequestError(INVALID_PARAMS, "Invalid or expired requestState: the questions were asked too "
+                                   "long ago, or by a gateway process this one cannot reach; send the request again without it")
             if parked.expiry is not None:
                 parked.expiry.cancel()
             parked.answer(rounds.get("inputResponses"))
@@ -295,7 +307,7 @@ class Parking:
             await relay.changed.wait()
 
     def _ask(self, parked: _Parked[Any]) -> Result:
-        state = PARKED_STATE_PREFIX + secrets.token_urlsafe(24)
+        state = f"{PARKED_STATE_PREFIX}{self._owner}.{secrets.token_urlsafe(24)}"
         self._parked[state] = parked
         asked = {}
         for key, question in list(parked.relay.questions.items()):

@@ -7,6 +7,7 @@ import contextlib
 import ipaddress
 from functools import partial
 import logging
+import os
 import socket
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -44,6 +45,10 @@ from ..pins.service import ToolPins
 from ..pipeline.approval import ApprovalStage
 from ..connectors.bindings.policy import BindingPolicy
 from ..storage.database import Database, opened
+from ..storage.events import ClusterEvents
+from ..storage.replicas import ReplicaDirectory
+from ..front.forwarding import RoundForwardingApp, SessionForwarding
+from ..front.session_manager import GatewaySessionManager
 from .drain import Drain
 from ..errors import UNAVAILABLE
 from ..fences import Fences, FenceStore, Owner, open_fence_store
@@ -113,6 +118,20 @@ class _RuntimeHolder:
     failed: str | None = None
 
 
+REPLICA_SECRET_ENV = "DEX_REPLICA_SECRET"  # the deployment's shared secret: sessions forwarded between replicas
+REPLICA_URL_ENV = "DEX_REPLICA_URL"  # where the other replicas reach this one's MCP endpoint
+
+
+def advertised_url(config: GatewayConfig) -> str:
+    """This process's MCP endpoint as the other replicas reach it: `DEX_REPLICA_URL`, else the
+    address it serves on (loopback for a wildcard bind)."""
+    if url := os.environ.get(REPLICA_URL_ENV):
+        return url
+    host = config.server.host if config.server.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
+    host = f"[{host}]" if ":" in host else host
+    return f"http://{host}:{config.server.port}{config.server.path}"
+
+
 def replica_id_for(config: GatewayConfig) -> str:
     """Stable across restarts of one replica (same host and port), unique among replicas."""
     if config.fences.replica_id:
@@ -132,6 +151,12 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
     # Registrations live in the fence store's database, so every replica sees the same set.
     database = Database(config.fences.store)  # one pool (PostgreSQL) for fences and registrations
     connectors = ConnectorRegistry(database, policy=BindingPolicy.from_config(config.connectors))
+    boot_id = uuid.uuid4().hex  # this process start, as the other replicas know it
+    cluster = ClusterEvents(database, origin=boot_id)  # other replicas' events (PostgreSQL only)
+    directory = ReplicaDirectory(database, replica_id=replica_id_for(config), boot_id=boot_id,
+                                 url=advertised_url(config))
+    secret = os.environ.get(REPLICA_SECRET_ENV, "")
+    forwarding = SessionForwarding(boot_id, secret, directory.url_of) if secret and directory.enabled else None
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -166,8 +191,14 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
                             on_change=metrics.definition_changed if metrics is not None else None)
             await pins.load()  # before the first listing is checked against them
             runtime = await _build_runtime(config, tg, store, authenticator, connectors, media, task_store, ops=ops,
-                                           supervisor=supervisor, approval_store=approval_store, pins=pins, audit=audit)
+                                           supervisor=supervisor, approval_store=approval_store, pins=pins, audit=audit,
+                                           cluster=cluster, boot_id=boot_id, forwarding=forwarding)
             runtime.resolutions = resolutions
+            if isinstance(runtime.manager, GatewaySessionManager) and config.server.stateful:
+                runtime.manager.forwarding = forwarding
+            await directory.open()
+            if directory.enabled:
+                tg.start_soon(supervisor.loop, "replica heartbeat", directory.run_heartbeat)
             holder.runtime = runtime
             app.state.runtime = runtime
             holder.started = True
@@ -188,6 +219,10 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
             finally:
                 holder.runtime = None
                 runtime.listen.close_all()
+                await directory.close()
+                if forwarding is not None:
+                    with anyio.CancelScope(shield=True):
+                        await forwarding.aclose()
                 with anyio.CancelScope(shield=True):
                     for upstream in runtime.upstreams.values():
                         await upstream.aclose()
@@ -331,7 +366,11 @@ async def _build_runtime(
     audit: AuditLog | None = None,
     approval_store: ApprovalStore | None = None,
     pins: ToolPins | None = None,
+    cluster: ClusterEvents | None = None,
+    boot_id: str = "local",
+    forwarding: SessionForwarding | None = None,
 ) -> Runtime:
+    """`cluster`: events to and from the other replicas sharing PostgreSQL (gateway/storage/events.py)."""
     supervisor = supervisor or Supervisor(ops.telemetry.metrics)
 
     def spawn(work: str, fn: Callable[[], Awaitable[object]]) -> None:
@@ -356,8 +395,17 @@ async def _build_runtime(
         def tell_task_status(record: TaskRecord) -> None:
             if events.sessions.watches_task(record.task_id):  # none on a stateless front: nothing to do
                 spawn("task status notifier", partial(events.task_saved, record))
+            if cluster is not None and cluster.enabled:  # a session on another replica may watch it
+                spawn("task change to replicas", partial(cluster.publish, "task", record.task_id))
+
+        async def task_changed_elsewhere(task_id: str) -> None:
+            if task_store is not None and events.sessions.watches_task(task_id):
+                if (record := await task_store.get(task_id)) is not None:
+                    await events.task_saved(record)
 
         task_store.listeners.append(tell_task_status)
+        if cluster is not None:
+            cluster.on("task", task_changed_elsewhere)
     catalog = Catalog(caches, connectors, augment_tasks=task_store is not None and config.tasks.augment,
                       on_lists_changed=lambda kinds: spawn("list change notifier", partial(events.lists_changed, kinds)),
                       spawn=tg.start_soon, pins=pins)
@@ -366,9 +414,12 @@ async def _build_runtime(
     events.sessions.on_release(watch.release, spawn=lambda fn: spawn("subscription release", fn))
     for upstream in upstreams.values():
         upstream.resource_listeners.append(lambda uri: spawn("resource notifier", partial(events.resource_updated, uri)))
+        if cluster is not None and cluster.enabled:
+            upstream.resource_listeners.append(
+                lambda uri: spawn("resource update to replicas", partial(cluster.publish, "resource", uri)))
     scope = authenticator.scope  # OAuth principals' scope is bound from their claims as they authenticate
     policy = Policy(config.policy)
-    parking = Parking(tg)
+    parking = Parking(tg, owner=boot_id)
     approvals = Approvals(approval_store, config.approvals) if approval_store is not None else None
     call_telemetry = CallTelemetry.of(ops.telemetry)
     pipeline = CallPipeline(
@@ -390,6 +441,20 @@ async def _build_runtime(
         catalog.refresh_routes()
 
     tg.start_soon(supervisor.loop, "connector registry watch", lambda: connectors.watch(connectors_changed))
+    if cluster is not None and cluster.enabled:
+        async def connectors_stored() -> None:
+            await cluster.publish("connectors")
+
+        async def connectors_changed_elsewhere(_ref: str) -> None:
+            connectors.poke()
+
+        connectors.stored_listeners.append(connectors_stored)
+        cluster.on("connectors", connectors_changed_elsewhere)
+        # Each replica's own upstream session may not hear of a change made through another's (a
+        # stdio upstream is a child per replica): its subscribers are told all the same. An upstream
+        # that tells every session may so be told twice; `resources/updated` is idempotent.
+        cluster.on("resource", events.resource_updated)
+        tg.start_soon(supervisor.loop, "events from other replicas", cluster.run)
     return Runtime(
         config=config,
         task_group=tg,
@@ -398,7 +463,7 @@ async def _build_runtime(
         upstreams=upstreams,
         caches=caches,
         catalog=catalog,
-        mcp_app=front.app,
+        mcp_app=front.app if forwarding is None else RoundForwardingApp(front.app, forwarding),
         connectors=connectors,
         manager=front.manager,
         media=media,

@@ -1,8 +1,8 @@
 """The task store as this process writes it, with listeners told of each record it saved.
 
 The front uses it to send `notifications/tasks/status` (2025-11-25) to the live session that
-created a task, when this process changes the task. Clients poll `tasks/get` all the same: a
-change made by another replica is not told, and the notification is optional in the protocol.
+created a task, when this process changes the task (and tells the other replicas: the app wires
+that). Clients poll `tasks/get` all the same: the notification is optional in the protocol.
 """
 
 from __future__ import annotations

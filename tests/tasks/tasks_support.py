@@ -27,9 +27,11 @@ TERMINAL = ("completed", "failed", "cancelled")
 
 def post(url: str, method: str, params: dict[str, Any], *, era: str = MODERN, extension: bool = True,
          key: str | None = None, token: str | None = None, headers: dict[str, str] | None = None,
-         request_id: Any = 1, timeout: float = 60, name_header: bool = True) -> tuple[int, dict[str, Any]]:
+         request_id: Any = 1, timeout: float = 60, name_header: bool = True,
+         capabilities: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
     """One raw JSON-RPC request; (HTTP status, the final message) from a JSON or SSE answer.
-    `name_header=False`: a 2026-07-28 request without its Mcp-Name header."""
+    `name_header=False`: a 2026-07-28 request without its Mcp-Name header. `capabilities`: the
+    2026-07-28 client's capabilities besides the tasks extension (e.g. `{"elicitation": {}}`)."""
     out = {"accept": "application/json, text/event-stream", "content-type": "application/json",
            "mcp-protocol-version": era}
     if token:
@@ -45,7 +47,7 @@ def post(url: str, method: str, params: dict[str, Any], *, era: str = MODERN, ex
         elif method.startswith("tasks/") and "taskId" in params and name_header:
             out["mcp-name"] = params["taskId"]
         meta["io.modelcontextprotocol/protocolVersion"] = era
-        meta[CAPS] = {"extensions": {EXT: {}}} if extension else {}
+        meta[CAPS] = {**(capabilities or {}), **({"extensions": {EXT: {}}} if extension else {})}
     if meta:
         params["_meta"] = meta
     out.update(headers or {})

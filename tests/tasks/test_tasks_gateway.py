@@ -12,7 +12,6 @@ raw JSON-RPC POSTs.
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -28,6 +27,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from tests.support.gateway import RunningGateway, http_upstream, start_gateway, stdio_upstream, write_config
+from tests.support.raw_sessions import StreamListener, open_session, sse_messages
 from tests.support.servers import read_executions, start_http_server
 from tests.support.everything import require_everything
 from tests.tasks.tasks_support import (
@@ -292,58 +292,23 @@ async def test_sdk_client_cannot_see_another_era_error(setup: Setup) -> None:
         assert caught.value.error.code == -32602
 
 
-def _sse_messages(text: str) -> list[dict[str, Any]]:
-    """The JSON-RPC messages in an SSE body (its `data:` lines)."""
-    found = []
-    for line in text.replace("\r\n", "\n").split("\n"):
-        if line.startswith("data:") and line[5:].strip():
-            found.append(json.loads(line[5:]))
-    return found
-
-
 def test_a_stateful_session_is_told_of_its_tasks_status(setup: Setup, tmp_path: Path) -> None:
     """2025-11-25 on a stateful gateway: the session that created a task gets
     `notifications/tasks/status` on its standalone stream as the task changes and when it ends;
     another session is told nothing. Raw HTTP: the SDK 2.3 client drops this notification (its
     2025-11-25 method table lacks it), so it cannot be the witness here."""
     config = write_config(tmp_path, {"server": {"stateful": True}, "upstreams": [http_upstream("t", setup.upstream_url)]})
-    base = {"accept": "application/json, text/event-stream", "content-type": "application/json",
-            "mcp-protocol-version": HANDSHAKE}
-
-    def open_session(http: httpx.Client, url: str) -> dict[str, str]:
-        opened = http.post(url, headers=base, json={
-            "jsonrpc": "2.0", "id": 1, "method": "initialize",
-            "params": {"protocolVersion": HANDSHAKE, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
-        headers = {**base, "mcp-session-id": opened.headers["mcp-session-id"]}
-        http.post(url, headers=headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
-        return headers
-
-    def listen(http: httpx.Client, url: str, headers: dict[str, str], seconds: float, until: str | None) -> str:
-        """The session's standalone stream for `seconds` (or until `until` appears in it)."""
-        text = ""
-        try:
-            with http.stream("GET", url, headers={**headers, "accept": "text/event-stream"},
-                             timeout=httpx.Timeout(5, read=seconds)) as stream:
-                assert stream.status_code == 200
-                started = time.monotonic()
-                for chunk in stream.iter_text():
-                    text += chunk
-                    if (until and until in text) or time.monotonic() - started > seconds:
-                        break
-        except httpx.ReadTimeout:
-            pass
-        return text
-
     with start_gateway(config) as gateway, httpx.Client(timeout=30) as http:
         creator, other = open_session(http, gateway.url), open_session(http, gateway.url)
         created = http.post(gateway.url, headers=creator, json={
             "jsonrpc": "2.0", "id": 2, "method": "tools/call",
             "params": {"name": "t__slow_compute", "arguments": {"seconds": 1}, "task": {"ttl": 60_000}}})
-        task = next(m for m in _sse_messages(created.text) if m.get("id") == 2)["result"]["task"]
+        task = next(m for m in sse_messages(created.text) if m.get("id") == 2)["result"]["task"]
         assert task["status"] == "working"
-        told = [m["params"] for m in _sse_messages(listen(http, gateway.url, creator, 15, '"completed"'))
-                if m.get("method") == "notifications/tasks/status"]
-        untold = listen(http, gateway.url, other, 1, None)
+        listener = StreamListener(gateway.url, creator, until='"completed"', seconds=15).start()
+        untold = StreamListener(gateway.url, other, until=None, seconds=1).start().join()
+        listener.join()
+        told = listener.notifications("notifications/tasks/status")
     assert told and all(p["taskId"] == task["taskId"] for p in told), told
     assert [p["status"] for p in told][-1] == "completed" and [p["status"] for p in told].count("completed") == 1, told
     for params in told:  # each one a valid 2025-11-25 Task
