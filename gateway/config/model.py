@@ -27,7 +27,8 @@ from .yaml_source import SourceError, SourcedDocument, dotted, expand_env, load_
 __all__ = [
     "CONFIG_ENV_VAR", "DEFAULT_CONFIG_PATH", "AuthConfig", "PolicyConfig", "ConnectorsConfig", "FencesConfig",
     "GatewayConfig", "HttpUpstreamConfig", "MediaConfig", "OAuthConfig", "RateConfig", "RateLimitsConfig", "RootConfig",
-    "ServerConfig", "StdioUpstreamConfig", "TasksConfig", "TelemetryConfig", "TokenConfig",
+    "DiscoveryConfig", "ServerConfig", "StdioUpstreamConfig", "TasksConfig", "TelemetryConfig", "TokenConfig",
+    "TokenDiscoveryConfig",
     "ToolPolicyConfig", "UpstreamConfig",
     "config_from_text", "is_loopback_host", "load_config", "parse_config", "with_server_overrides",
 ]
@@ -100,6 +101,20 @@ class ServerConfig(_Strict):
         return v.rstrip("/")
 
 
+class DiscoveryConfig(_Strict):
+    """Search-based tool discovery (docs/discovery.md): `full` lists every tool; `search` lists
+    the `always` tools (name globs) plus the gateway's `search_tools` and `call_tool`."""
+
+    mode: Literal["full", "search"] = "full"
+    always: list[str] = Field(default_factory=list)
+
+
+class TokenDiscoveryConfig(_Strict):
+    """A token's own discovery mode (overrides the top-level `discovery.mode`)."""
+
+    mode: Literal["full", "search"]
+
+
 class TokenConfig(_Strict):
     principal: str = Field(min_length=1)
     token_sha256: str = Field(pattern=r"^[0-9a-fA-F]{64}$")
@@ -115,6 +130,8 @@ class TokenConfig(_Strict):
     upstreams: list[str] | None = None
     # This principal's tools/call rate (instead of rate_limits.per_principal).
     rate_limit: RateConfig | None = None
+    # This principal's discovery mode (docs/discovery.md); None: the top-level `discovery.mode`.
+    discovery: TokenDiscoveryConfig | None = None
 
 
 class AuthConfig(_Strict):
@@ -355,6 +372,8 @@ class GatewayConfig(_Strict):
     rate_limits: RateLimitsConfig = Field(default_factory=RateLimitsConfig)
     # Rules over the call: tool, arguments, principal, claims (gateway/config/policy.py, docs/policy.md).
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    # Search-based tool discovery (docs/discovery.md).
+    discovery: DiscoveryConfig = Field(default_factory=DiscoveryConfig)
 
     @field_validator("auth", mode="before")
     @classmethod
