@@ -31,7 +31,8 @@ from ..errors import RequestError
 from .catalog import Catalog, ToolRoute
 from .tool_search import Embedder, ToolIndex, document_of, load_embedder
 
-__all__ = ["CALL_TOOL", "CALL_TOOL_DEFINITION", "SEARCH_TOOLS_DEFINITION", "Discovery", "GATEWAY_TOOLS", "MAX_LIMIT", "SEARCH_TOOLS", "SearchQuery", "parse_search", "unwrap_call"]
+__all__ = ["CALL_TOOL", "CALL_TOOL_DEFINITION", "SEARCH_TOOLS_DEFINITION", "Discovery", "GATEWAY_TOOLS", "MAX_LIMIT", "SEARCH_TOOLS", "SearchQuery", "build_index", "parse_search", "search_routes",
+           "unwrap_call"]
 
 SEARCH_TOOLS = "search_tools"
 CALL_TOOL = "call_tool"
@@ -175,11 +176,9 @@ class Discovery:
     async def search(self, identity: Identity, query: SearchQuery) -> list[dict[str, Any]]:
         """The best matches within the caller's scope, as their published definitions."""
         built = await self._index()
-        allowed = [self.visible(identity, r) and (query.effect is None or r.effect is query.effect)
-                   and (query.upstream is None or r.upstream == query.upstream) and r.name not in GATEWAY_TOOLS
-                   for r in built.routes]
-        positions = await anyio.to_thread.run_sync(built.index.search, query.query, query.limit, allowed)
-        return [built.routes[i].definition for i in positions]
+        visible = [self.visible(identity, r) for r in built.routes]
+        found = await anyio.to_thread.run_sync(search_routes, built.index, built.routes, query, visible)
+        return [r.definition for r in found]
 
     async def _index(self) -> _Built:
         version, routes = await self._catalog.tools_snapshot()
@@ -195,4 +194,19 @@ class Discovery:
     def _build(self, routes: list[ToolRoute]) -> ToolIndex:
         if self._embedder is None:
             self._embedder = load_embedder()
-        return ToolIndex([document_of(r.definition) for r in routes], self._embedder)
+        return build_index(routes, self._embedder)
+
+
+def build_index(routes: Sequence[ToolRoute], embedder: Embedder) -> ToolIndex:
+    """The search index over the routes' published definitions (positions follow `routes`)."""
+    return ToolIndex([document_of(r.definition) for r in routes], embedder)
+
+
+def search_routes(index: ToolIndex, routes: Sequence[ToolRoute], query: SearchQuery,
+                  visible: Sequence[bool] | None = None) -> list[ToolRoute]:
+    """The best `query.limit` routes for the query among the visible ones with its effect and
+    upstream (`visible[i]` False: routes[i] is never ranked). Never the gateway's own tools."""
+    allowed = [(visible is None or visible[i]) and (query.effect is None or r.effect is query.effect)
+               and (query.upstream is None or r.upstream == query.upstream) and r.name not in GATEWAY_TOOLS
+               for i, r in enumerate(routes)]
+    return [routes[i] for i in index.search(query.query, query.limit, allowed)]

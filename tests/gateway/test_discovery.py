@@ -28,7 +28,7 @@ from tests.gateway.test_gateway_http import sha
 from tests.gateway.test_gateway_parity import (
     CRASH_TOOL, HANDSHAKE, KEY, OUTCOME, PLAIN_WRITE, RUNNABLE, UPSTREAM, UPSTREAM_ONE, Case, Reply, _scripts, post,
 )
-from tests.support.gateway import RunningGateway, start_gateway, stdio_upstream, write_config
+from tests.support.gateway import RunningGateway, run_gateway_cli, start_gateway, stdio_upstream, write_config
 from tests.support.scripted_server import SCRIPT_FILE, SCRIPT_PATH, STATE_ENV, read_attempts
 from tests.support.servers import REPO_ROOT
 
@@ -209,3 +209,19 @@ def test_call_tool_interrupted_write_is_unknown(scripted: Scripted) -> None:
 @pytest.mark.parametrize("case", [c for c in RUNNABLE if not c.id.startswith("mal.")], ids=lambda c: c.id)
 def test_call_tool_parity_over_every_fixture(scripted: Scripted, case: Case) -> None:
     _assert_parity(scripted, case)
+
+
+# -- the CLI --------------------------------------------------------------------------------------
+
+
+def test_cli_tools_search_table_json_and_bad_limit(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"upstreams": [stdio_upstream("notes", "plain_server", state_dir=tmp_path / "n")]})
+    table = run_gateway_cli("tools", "search", "remove a note", "--limit", "2", "--config", str(config), timeout=60)
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[0].split()[:3] == ["RANK", "NAME", "EFFECT"] and lines[1].split()[1] == "notes__delete_note", table.stdout
+    as_json = run_gateway_cli("tools", "search", "remove a note", "--json", "--config", str(config), timeout=60)
+    tools = json.loads(as_json.stdout)["tools"]
+    assert tools[0]["name"] == "notes__delete_note" and "inputSchema" in tools[0]
+    bad = run_gateway_cli("tools", "search", "x", "--limit", "0", "--config", str(config), timeout=60)
+    assert bad.returncode == 2 and "limit must be an integer from 1 to 20" in bad.stderr and "Traceback" not in bad.stderr
