@@ -225,3 +225,32 @@ def test_cli_tools_search_table_json_and_bad_limit(tmp_path: Path) -> None:
     assert tools[0]["name"] == "notes__delete_note" and "inputSchema" in tools[0]
     bad = run_gateway_cli("tools", "search", "x", "--limit", "0", "--config", str(config), timeout=60)
     assert bad.returncode == 2 and "limit must be an integer from 1 to 20" in bad.stderr and "Traceback" not in bad.stderr
+
+
+# -- kept in step with the catalog ----------------------------------------------------------------
+
+
+def test_a_connector_registered_at_run_time_is_searchable_and_gone_once_removed(tmp_path: Path) -> None:
+    admin_token = "discovery-admin-token"
+    config = write_config(tmp_path, {
+        "discovery": {"mode": "search"},
+        "auth": {"tokens": [{"principal": "ops", "token_sha256": sha(TOKENS["ops"])}],
+                 "admin_token_sha256": sha(admin_token)},
+        "connectors": {"allowed_hosts": ["127.0.0.1"]},
+        "upstreams": [stdio_upstream("notes", "plain_server", state_dir=tmp_path / "n")],
+    })
+    manifest = (REPO_ROOT / "examples/connectors/billing/connector.yaml").read_text().replace("name: billing", "name: ledger", 1)
+    query = {"name": "search_tools", "arguments": {"query": "refund part of an invoice to the customer's card", "limit": 3}}
+    with start_gateway(config) as gw, _client(TOKENS["ops"]) as http, \
+            httpx.Client(base_url=gw.base, headers=_headers(admin_token), timeout=30) as admin:
+        before = [t["name"] for t in _call(http, gw, query)["result"]["structuredContent"]["tools"]]
+        assert "ledger_create_refund" not in before
+        registered = admin.post("/admin/connectors", json={
+            "manifest": manifest, "filename": "ledger.yaml", "binding": {"type": "http", "base_url": "http://127.0.0.1:9/ledger"}})
+        assert registered.status_code in (200, 201), registered.text
+        found = _call(http, gw, query)["result"]["structuredContent"]["tools"]
+        assert found[0]["name"] == "ledger_create_refund", [t["name"] for t in found]
+        assert found[0]["_meta"]["io.superdurable.dex/approval"] == "recommended"  # the Dex keys travel with it
+        assert admin.delete("/admin/connectors/ledger").status_code == 200
+        after = [t["name"] for t in _call(http, gw, query)["result"]["structuredContent"]["tools"]]
+        assert not any(n.startswith("ledger_") for n in after), after
