@@ -254,3 +254,12 @@ def test_a_connector_registered_at_run_time_is_searchable_and_gone_once_removed(
         assert admin.delete("/admin/connectors/ledger").status_code == 200
         after = [t["name"] for t in _call(http, gw, query)["result"]["structuredContent"]["tools"]]
         assert not any(n.startswith("ledger_") for n in after), after
+
+
+def test_a_bad_discovery_mode_is_a_config_error_naming_file_line_and_key(tmp_path: Path) -> None:
+    path = tmp_path / "gateway.yaml"
+    path.write_text("discovery:\n  mode: lazy\nauth:\n  tokens:\n    - principal: a\n      token_sha256: " + "a" * 64
+                    + "\n      discovery: {mode: sometimes}\n")
+    done = run_gateway_cli("tools", "search", "x", "--config", str(path), timeout=30)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert f"{path}:2: discovery.mode: Input should be 'full' or 'search'" in done.stderr, done.stderr
