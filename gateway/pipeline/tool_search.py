@@ -10,6 +10,7 @@ plus one matrix-vector product over the catalog.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -98,6 +99,8 @@ class ToolIndex:
     def __init__(self, documents: Sequence[Document], embedder: Embedder | None, alpha: float | None = ALPHA) -> None:
         import bm25s
 
+        # bm25s sets its own logger to DEBUG on import ("Building index from tokens" per build).
+        logging.getLogger("bm25s").setLevel(logging.WARNING)
         self.documents = list(documents)
         self._alpha = alpha
         corpus = [_tokens(f"{d.name_words} {d.name_words} {d.name_words} {d.text} {d.params}") for d in self.documents]

@@ -26,7 +26,7 @@ import pytest
 
 from tests.gateway.test_gateway_http import sha
 from tests.gateway.test_gateway_parity import (
-    CRASH_TOOL, HANDSHAKE, KEY, OUTCOME, PLAIN_WRITE, RUNNABLE, UPSTREAM, UPSTREAM_ONE, Case, Reply, _scripts, post,
+    CRASH_TOOL, HANDSHAKE, KEY, MODERN, OUTCOME, PLAIN_WRITE, RUNNABLE, UPSTREAM, UPSTREAM_ONE, Case, Reply, _scripts, post,
 )
 from tests.support.gateway import RunningGateway, run_gateway_cli, start_gateway, stdio_upstream, write_config
 from tests.support.scripted_server import SCRIPT_FILE, SCRIPT_PATH, STATE_ENV, read_attempts
@@ -119,6 +119,17 @@ def test_call_tool_runs_the_target_and_a_listed_or_unlisted_tool_stays_callable_
         assert _call(http, notes, {"name": "call_tool", "arguments": put})["result"]["isError"] is False
         read = _call(http, notes, {"name": "beta__read_note", "arguments": {"name": "n1"}})["result"]
         assert read["content"][0]["text"] == "hello"
+
+
+def test_both_eras_answer_search_tools_and_call_tool(notes: RunningGateway) -> None:
+    with _client(TOKENS["ops"]) as http:
+        for era in (HANDSHAKE, MODERN):
+            reply = post(http, notes.url, era, "tools/call",
+                         {"name": "search_tools", "arguments": {"query": "read a note", "limit": 1}}, 11)
+            result = reply.parsed["result"]
+            assert [t["name"] for t in result["structuredContent"]["tools"]][0].endswith("__read_note"), (era, result)
+            reply = post(http, notes.url, era, "tools/call", {"name": "call_tool", "arguments": {"name": "alpha__list_notes"}}, 12)
+            assert reply.parsed["result"]["isError"] is False, (era, reply.message[:300])
 
 
 # -- parity: direct vs through call_tool, over the conventions fixtures ----------------------------
@@ -214,46 +225,21 @@ def test_call_tool_parity_over_every_fixture(scripted: Scripted, case: Case) -> 
 # -- the CLI --------------------------------------------------------------------------------------
 
 
-def test_cli_tools_search_table_json_and_bad_limit(tmp_path: Path) -> None:
+def test_cli_tools_search_table_and_json(tmp_path: Path) -> None:
     config = write_config(tmp_path, {"upstreams": [stdio_upstream("notes", "plain_server", state_dir=tmp_path / "n")]})
     table = run_gateway_cli("tools", "search", "remove a note", "--limit", "2", "--config", str(config), timeout=60)
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
     assert lines[0].split()[:3] == ["RANK", "NAME", "EFFECT"] and lines[1].split()[1] == "notes__delete_note", table.stdout
+    assert len(lines) == 3
     as_json = run_gateway_cli("tools", "search", "remove a note", "--json", "--config", str(config), timeout=60)
     tools = json.loads(as_json.stdout)["tools"]
     assert tools[0]["name"] == "notes__delete_note" and "inputSchema" in tools[0]
-    bad = run_gateway_cli("tools", "search", "x", "--limit", "0", "--config", str(config), timeout=60)
-    assert bad.returncode == 2 and "limit must be an integer from 1 to 20" in bad.stderr and "Traceback" not in bad.stderr
 
 
-# -- kept in step with the catalog ----------------------------------------------------------------
-
-
-def test_a_connector_registered_at_run_time_is_searchable_and_gone_once_removed(tmp_path: Path) -> None:
-    admin_token = "discovery-admin-token"
-    config = write_config(tmp_path, {
-        "discovery": {"mode": "search"},
-        "auth": {"tokens": [{"principal": "ops", "token_sha256": sha(TOKENS["ops"])}],
-                 "admin_token_sha256": sha(admin_token)},
-        "connectors": {"allowed_hosts": ["127.0.0.1"]},
-        "upstreams": [stdio_upstream("notes", "plain_server", state_dir=tmp_path / "n")],
-    })
-    manifest = (REPO_ROOT / "examples/connectors/billing/connector.yaml").read_text().replace("name: billing", "name: ledger", 1)
-    query = {"name": "search_tools", "arguments": {"query": "refund part of an invoice to the customer's card", "limit": 3}}
-    with start_gateway(config) as gw, _client(TOKENS["ops"]) as http, \
-            httpx.Client(base_url=gw.base, headers=_headers(admin_token), timeout=30) as admin:
-        before = [t["name"] for t in _call(http, gw, query)["result"]["structuredContent"]["tools"]]
-        assert "ledger_create_refund" not in before
-        registered = admin.post("/admin/connectors", json={
-            "manifest": manifest, "filename": "ledger.yaml", "binding": {"type": "http", "base_url": "http://127.0.0.1:9/ledger"}})
-        assert registered.status_code in (200, 201), registered.text
-        found = _call(http, gw, query)["result"]["structuredContent"]["tools"]
-        assert found[0]["name"] == "ledger_create_refund", [t["name"] for t in found]
-        assert found[0]["_meta"]["io.superdurable.dex/approval"] == "recommended"  # the Dex keys travel with it
-        assert admin.delete("/admin/connectors/ledger").status_code == 200
-        after = [t["name"] for t in _call(http, gw, query)["result"]["structuredContent"]["tools"]]
-        assert not any(n.startswith("ledger_") for n in after), after
+def test_cli_tools_search_bad_limit_is_named_before_anything_starts(tmp_path: Path) -> None:
+    bad = run_gateway_cli("tools", "search", "x", "--limit", "0", "--config", str(tmp_path / "absent.yaml"), timeout=30)
+    assert bad.returncode == 2 and "limit must be an integer from 1 to 20, not 0" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_a_bad_discovery_mode_is_a_config_error_naming_file_line_and_key(tmp_path: Path) -> None:
