@@ -32,7 +32,8 @@ from tests.support.gateway import RunningGateway, run_gateway_cli, start_gateway
 from tests.support.scripted_server import SCRIPT_FILE, SCRIPT_PATH, STATE_ENV, read_attempts
 from tests.support.servers import REPO_ROOT
 
-TOKENS = {"ops": "ops-discovery-token", "alpha": "alpha-discovery-token", "full": "full-discovery-token"}
+TOKENS = {"ops": "ops-discovery-token", "alpha": "alpha-discovery-token", "full": "full-discovery-token",
+          "keeper": "keeper-discovery-token"}
 REPLAYED = "dex-gateway/replayed"
 
 
@@ -56,7 +57,10 @@ def notes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningGateway]:
             {"principal": "ops", "token_sha256": sha(TOKENS["ops"])},
             {"principal": "alpha", "token_sha256": sha(TOKENS["alpha"]), "upstreams": ["alpha"]},
             {"principal": "full", "token_sha256": sha(TOKENS["full"]), "discovery": {"mode": "full"}},
+            {"principal": "keeper", "token_sha256": sha(TOKENS["keeper"])},
         ]},
+        # keeper may delete nothing: a rule that reads no arguments hides the tools from its listing and search.
+        "policy": {"rules": [{"name": "keeper-deletes", "tools": ["*__delete_note"], "principals": ["keeper"], "effect": "deny"}]},
         # Two copies of one server: every tool name and description matches in both.
         "upstreams": [stdio_upstream("alpha", "plain_server", state_dir=root / "a", keyless_writes="pass"),
                       stdio_upstream("beta", "plain_server", state_dir=root / "b", keyless_writes="pass")],
@@ -98,6 +102,15 @@ def test_search_answers_full_definitions_and_never_another_upstreams_tool(notes:
         assert result["structuredContent"]["tools"] == []
         error = _call(http, notes, {"name": "call_tool", "arguments": {"name": "beta__list_notes"}})["error"]
         assert "beta__list_notes" in error["message"]
+
+
+def test_search_never_answers_a_tool_the_policy_hides_from_the_caller(notes: RunningGateway) -> None:
+    with _client(TOKENS["keeper"]) as http:
+        result = _call(http, notes, {"name": "search_tools", "arguments": {"query": "delete a note", "limit": 20}})["result"]
+        names = [t["name"] for t in result["structuredContent"]["tools"]]
+        assert names and not any(n.endswith("__delete_note") for n in names), names
+        error = _call(http, notes, {"name": "call_tool", "arguments": {"name": "alpha__delete_note", "arguments": {"name": "x"}}})
+        assert "alpha__delete_note" in error["error"]["message"]
 
 
 def test_search_filters_by_effect_and_names_bad_arguments(notes: RunningGateway) -> None:
