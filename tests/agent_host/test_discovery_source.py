@@ -21,8 +21,8 @@ pytestmark = pytest.mark.anyio
 
 async def test_found_tools_join_the_listing_and_are_called_by_name(tmp_path: Path) -> None:
     many = [{"name": f"m{i}", "transport": "stdio", "command": sys.executable,
-             "args": [str(REPO_ROOT / "bench" / "many_tools_server.py"), "--tools", "500", "--name", f"m{i}"]}
-            for i in range(2)]
+             "args": [str(REPO_ROOT / "bench" / "many_tools_server.py"), "--tools", "1000", "--name", f"m{i}"]}
+            for i in range(1)]
     config = write_config(tmp_path, {
         "discovery": {"mode": "search"},
         "upstreams": [*many, stdio_upstream("notes", "plain_server", state_dir=tmp_path / "n", keyless_writes="pass")],
