@@ -15,10 +15,11 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import numpy as np
-import numpy.typing as npt
+if TYPE_CHECKING:  # numpy, bm25s and wordllama load with the first index, not with the gateway
+    import numpy as np
+    import numpy.typing as npt
 
 __all__ = ["Document", "Embedder", "ToolIndex", "document_of", "load_embedder", "split_name", "words"]
 
@@ -75,6 +76,8 @@ class _WordLlama:
         self._model = wordllama.WordLlama.load(cache_dir=Path(wordllama.__file__).parent, disable_download=True)
 
     def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        import numpy as np
+
         vectors = np.asarray(self._model.embed(list(texts), norm=True), dtype=np.float32)
         return vectors
 
@@ -115,6 +118,8 @@ class ToolIndex:
 
     def scores(self, query: str) -> npt.NDArray[np.float32]:
         """One score per document (higher is better)."""
+        import numpy as np
+
         keyword = np.zeros(len(self.documents), dtype=np.float32)
         terms = [t for t in _tokens(query) if t in self._bm25.vocab_dict] if self.documents else []
         if terms:
@@ -129,6 +134,8 @@ class ToolIndex:
 
     def search(self, query: str, limit: int = 10, allowed: Sequence[bool] | None = None) -> list[int]:
         """Positions of the best `limit` documents; `allowed[i]` False hides document i (never ranked)."""
+        import numpy as np
+
         if not self.documents or limit <= 0:
             return []
         scores = self.scores(query).astype(np.float64)
