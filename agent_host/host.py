@@ -17,6 +17,9 @@ from typing import Any
 
 import anyio
 
+from gateway.config.ops import TelemetryConfig
+from gateway.telemetry import Telemetry
+
 from .api.approvals_api import checked_tokens
 from .api.approvals_server import ApprovalsServer, bind_loopback
 from .api.guard import ApiGuardSettings, api_guard_settings
@@ -32,11 +35,13 @@ from .gateway_client.tools import GatewayToolSource
 from .models.base import ModelClient
 from .models.openai_compat import OpenAICompatClient, OpenAIConfig
 from .models.scripted import ScriptedModelClient, load_script
-from .store.session_store import SessionStore, store_path
+from .store.lease import hold_lease, this_process
+from .store.session_store import SessionStore, store_path, store_target
 from .terminal.console import Console, ConsoleQuestioner
 from .turn.builtins import Builtins
 from .turn.continuation import load_hook
 from .turn.loop import AgentConfig, TurnLoop
+from .turn.tracing import SCOPE as TRACING_SCOPE
 
 DEFAULT_MODEL = "scripted"
 
@@ -108,7 +113,7 @@ async def open_host(args: argparse.Namespace, console: Console, setting_changes:
     async with AsyncExitStack() as stack:
         if api is not None:
             stack.callback(api[1].close)
-        store = await stack.enter_async_context(SessionStore(store_path(args.store)))
+        store = await stack.enter_async_context(SessionStore(store_target(args.store)))
         session = await store.get_session(args.session) if args.session else None
         settings = resolve_settings(session.settings if session else {}, setting_changes)
         # Continuing a session keeps its model unless --model says otherwise.
@@ -119,6 +124,8 @@ async def open_host(args: argparse.Namespace, console: Console, setting_changes:
             session = await store.create_session(model.name, args.gateway, args.session, settings.stored())
         elif settings.stored() != session.settings:
             session = await store.set_settings(session.id, settings.stored(), settings.model)
+        # One driver per session: a `serve` or another `run`/`chat` driving it is refused here.
+        await stack.enter_async_context(hold_lease(store, session.id, this_process()))
 
         def resolve(name: str) -> ModelClient:
             if name not in clients:
@@ -128,11 +135,16 @@ async def open_host(args: argparse.Namespace, console: Console, setting_changes:
         mode: ApprovalMode = "auto" if args.yes else args.approve
         console.others_can_answer = api is not None
         gate = ApprovalGate(store, mode, prompter=console, timeout_seconds=args.approval_timeout, on_card=console.approval_card)
-        builtins = Builtins(store, ConsoleQuestioner(console), question_timeout=args.approval_timeout, api_answers=api is not None)
         library = image_library(store_path(args.store), args.gateway, credential)
         tools = GatewayToolSource(args.gateway, token=credential, call_timeout=args.call_timeout, images=library,
                                   tasks=HostTasks(store_path(args.store)))
+        builtins = Builtins(store, ConsoleQuestioner(console), question_timeout=args.approval_timeout, api_answers=api is not None,
+                            resources=tools.resources)
         config = AgentConfig(max_model_calls=args.max_model_calls, **({"instructions": args.instructions} if args.instructions else {}))
+        # Spans only when an exporter is chosen (OTEL_TRACES_EXPORTER=otlp|console), as for the gateway.
+        telemetry = Telemetry.from_config(TelemetryConfig(service_name=TRACING_SCOPE, metrics=False))
+        telemetry.install()
+        stack.callback(telemetry.shutdown)
         loop = TurnLoop(store, model, tools, gate, builtins, config, console, models=resolve, continuation=hook, images=library)
         async with anyio.create_task_group() as tg:
             server: ApprovalsServer | None = None

@@ -14,7 +14,14 @@ concurrency 1 and 16 (default 2000 calls at c=1, 5000 at c=16, each case capped 
 Columns: p50/p99 latency in ms and calls/s for direct and gateway, the gateway p50 minus
 the direct p50 (ms), gateway/direct throughput, and CPU ms per call of each process.
 
-Goals (issue): p50 overhead < 1 ms at c=1; gateway throughput >= 70 % of direct at c=16.
+A third column group is the **floor** (bench/floor_proxy.py): a zero-logic proxy on the gateway's
+own HTTP stacks (uvicorn + uvloop + httptools in front, one aiohttp session behind), forwarding
+bytes without parsing them; `gateway ÷ floor` is the gateway's own work (`--no-floor` skips it).
+
+Goals (issue 27), each printed MET / NOT MET with the floor beside it: at c=1 gateway CPU per call
+<= 0.45 ms and <= 1.6x the floor's, added p50 <= 0.6 ms; at c=16 throughput >= 1.0x direct; a
+fenced write (SQLite) adds <= 0.25 ms p50 over the same call unfenced (the write's added p50 minus
+the read's, same concurrency).
 
 Caveat printed with every run: load generator, gateway and upstream share the machine's
 cores (2 on the reference box), so at c=16 they compete for CPU; the CPU-per-call columns
@@ -64,7 +71,9 @@ SCRATCH_LAUNCHER = (
     "sys.argv[0] = 'dex-gateway'; sys.exit(main())"
 )
 GOAL_THROUGHPUT_RATIO = 1.0
-GOAL_GATEWAY_CPU_MS = 0.4
+GOAL_GATEWAY_CPU_MS = 0.45
+GOAL_CPU_OVER_FLOOR = 1.6
+GOAL_FENCE_ADDED_MS = 0.25
 
 
 # -- processes ------------------------------------------------------------------------------
@@ -207,35 +216,70 @@ def print_table(rows: list[dict[str, Any]], meta: dict[str, Any]) -> None:
     header = (
         f"{'case':<12} {'direct p50':>10} {'p99':>7} {'calls/s':>8} | {'gateway p50':>11} {'p99':>7} {'calls/s':>8} | "
         f"{'p50 +ms':>7} {'thru':>5} | {'cpu ms/call: gw':>15} {'up(d)':>6} {'up(g)':>6} {'cli':>5}"
+        f" | {'floor +ms':>9} {'floor cpu':>9} {'gw/floor':>8}"
     )
     print(header)
     print("-" * len(header))
     for r in rows:
-        d, g = r["direct"], r["gateway"]
+        d, g, f = r["direct"], r["gateway"], r.get("floor")
+        floor_cols = (f" | {f['p50_ms'] - d['p50_ms']:>+9.2f} {f.get('floor_cpu_ms_per_call', 0):>9.2f} "
+                      f"{_ratio(g.get('gateway_cpu_ms_per_call'), f.get('floor_cpu_ms_per_call')):>8.2f}") if f else ""
         print(
             f"{r['case']:<12} {d['p50_ms']:>10.2f} {d['p99_ms']:>7.2f} {d['calls_per_s']:>8.0f} | "
             f"{g['p50_ms']:>11.2f} {g['p99_ms']:>7.2f} {g['calls_per_s']:>8.0f} | "
             f"{r['p50_overhead_ms']:>+7.2f} {r['throughput_ratio']:>5.2f} | "
             f"{g.get('gateway_cpu_ms_per_call', 0):>15.2f} {d.get('upstream_cpu_ms_per_call', 0):>6.2f} "
-            f"{g.get('upstream_cpu_ms_per_call', 0):>6.2f} {g['client_cpu_ms_per_call']:>5.2f}"
+            f"{g.get('upstream_cpu_ms_per_call', 0):>6.2f} {g['client_cpu_ms_per_call']:>5.2f}{floor_cols}"
         )
-        for side in ("direct", "gateway"):
-            s = r[side]
-            if s["errors"] or s["capped"]:
+        for side in ("direct", "gateway", "floor"):
+            s = r.get(side)
+            if s and (s["errors"] or s["capped"]):
                 print(f"    {side}: {s['errors']} errors, {s['calls']} calls{' (time cap hit)' if s['capped'] else ''}; "
                       f"first: {s['first_errors'][:1]}")
     print()
+    for line in goal_lines(rows):
+        print(line)
+
+
+def _ratio(a: float | None, b: float | None) -> float:
+    return a / b if a is not None and b else float("nan")
+
+
+def _verdict(ok: bool) -> str:
+    return "MET" if ok else "NOT MET"
+
+
+def goal_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """Each goal of issue 27 with its figure, the floor's beside it, and MET / NOT MET."""
+    lines = []
+    by_case = {r["case"]: r for r in rows}
     for r in rows:
+        g, f = r["gateway"], r.get("floor")
+        floor_added = f" (floor {f['p50_ms'] - r['direct']['p50_ms']:+.2f} ms)" if f else ""
         if r["concurrency"] == 1:
             ok = r["p50_overhead_ms"] <= GOAL_P50_OVERHEAD_MS
-            print(f"goal {r['case']}: p50 overhead {r['p50_overhead_ms']:+.2f} ms <= {GOAL_P50_OVERHEAD_MS:g} ms: {'MET' if ok else 'NOT MET'}")
+            lines.append(f"goal {r['case']}: added p50 {r['p50_overhead_ms']:+.2f} ms <= {GOAL_P50_OVERHEAD_MS:g} ms"
+                         f"{floor_added}: {_verdict(ok)}")
+            cpu = g.get("gateway_cpu_ms_per_call")
+            if cpu is not None:
+                floor_cpu = f.get("floor_cpu_ms_per_call") if f else None
+                over = _ratio(cpu, floor_cpu)
+                ok = cpu <= GOAL_GATEWAY_CPU_MS and (floor_cpu is None or over <= GOAL_CPU_OVER_FLOOR)
+                beside = f", {over:.2f}x the floor's {floor_cpu:.2f} ms (<= {GOAL_CPU_OVER_FLOOR:g}x)" if floor_cpu else ""
+                lines.append(f"goal {r['case']}: gateway CPU {cpu:.2f} ms/call <= {GOAL_GATEWAY_CPU_MS:g} ms{beside}: "
+                             f"{_verdict(ok)}")
         else:
             ok = r["throughput_ratio"] >= GOAL_THROUGHPUT_RATIO
-            print(f"goal {r['case']}: throughput ratio {r['throughput_ratio']:.2f} >= {GOAL_THROUGHPUT_RATIO:.2f}: {'MET' if ok else 'NOT MET'}")
-        cpu = r["gateway"].get("gateway_cpu_ms_per_call")
-        if cpu is not None:
-            ok = cpu <= GOAL_GATEWAY_CPU_MS
-            print(f"goal {r['case']}: gateway CPU {cpu:.2f} ms/call <= {GOAL_GATEWAY_CPU_MS:g} ms: {'MET' if ok else 'NOT MET'}")
+            floor_thru = f" (floor {f['calls_per_s'] / r['direct']['calls_per_s']:.2f}x)" if f and r['direct']['calls_per_s'] else ""
+            lines.append(f"goal {r['case']}: throughput {r['throughput_ratio']:.2f}x direct >= {GOAL_THROUGHPUT_RATIO:.2f}x"
+                         f"{floor_thru}: {_verdict(ok)}")
+        if r["tool"] == "write":
+            read = by_case.get(r["case"].replace("write", "read"))
+            if read is not None:
+                added = r["p50_overhead_ms"] - read["p50_overhead_ms"]
+                lines.append(f"goal {r['case']}: the fence adds {added:+.2f} ms p50 over the unfenced read "
+                             f"<= {GOAL_FENCE_ADDED_MS:g} ms: {_verdict(added <= GOAL_FENCE_ADDED_MS)}")
+    return lines
 
 
 def main() -> int:
@@ -259,6 +303,7 @@ def main() -> int:
     parser.add_argument("--driver", choices=["raw", "httpx"], default="raw",
                         help="load generator HTTP client: raw asyncio HTTP/1.1 (lean) or httpx")
     parser.add_argument("--upstream-http", default="auto", help="uvicorn http implementation of the upstream")
+    parser.add_argument("--no-floor", action="store_true", help="skip the zero-logic floor proxy (bench/floor_proxy.py)")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs, config, fence DB)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
     args = parser.parse_args()
@@ -291,6 +336,12 @@ def main() -> int:
         gateway = start("gateway", gw_cmd, workdir, env=env, count_children=args.gateway_workers > 1)
         procs.append(gateway)
         wait_for_tools(gateway.url, {"echo", "write"})
+        floor = None
+        if not args.no_floor:
+            floor = start("floor", [PYTHON, str(HERE / "floor_proxy.py"), "--upstream", upstream.url, "--port", "0"],
+                          workdir)
+            procs.append(floor)
+            wait_for_tools(floor.url, {"echo", "write"})
 
         rows = []
         for c in args.concurrency:
@@ -299,7 +350,9 @@ def main() -> int:
                 tool = "echo" if kind == "read" else "write"
                 direct = run_case(upstream.url, tool, c, calls, args, [upstream])
                 through = run_case(gateway.url, tool, c, calls, args, [gateway, upstream])
+                extra = {"floor": run_case(floor.url, tool, c, calls, args, [floor, upstream])} if floor else {}
                 rows.append({
+                    **extra,
                     "case": f"{kind} c={c}",
                     "tool": tool,
                     "concurrency": c,
@@ -322,12 +375,13 @@ def main() -> int:
         }
         if args.json:
             for r in rows:
-                for side in ("direct", "gateway"):
-                    r[side].pop("first_errors", None) if not r[side]["errors"] else None
-            print(json.dumps({"meta": meta, "rows": rows}, indent=2))
+                for side in ("direct", "gateway", "floor"):
+                    if side in r and not r[side]["errors"]:
+                        r[side].pop("first_errors", None)
+            print(json.dumps({"meta": meta, "rows": rows, "goals": goal_lines(rows)}, indent=2))
         else:
             print_table(rows, meta)
-        return 0 if all(r["direct"]["errors"] == 0 and r["gateway"]["errors"] == 0 for r in rows) else 1
+        return 0 if all(r[side]["errors"] == 0 for r in rows for side in ("direct", "gateway", "floor") if side in r) else 1
     finally:
         for p in reversed(procs):
             p.stop()

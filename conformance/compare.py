@@ -8,9 +8,11 @@ tasks extension scenarios too, reported but not scored by the suite).
 Targets: `direct` (the reference server), `stateful` and `stateless` (a gateway in that mode
 fronting its own reference server; one upstream, streamable_http, prefix "").
 Servers: `both` (the reference server speaks both eras: the gateway's `protocol: auto` picks
-2026-07-28 towards it) and `handshake` (`--handshake-only`: the gateway falls back to initialize).
+2026-07-28 towards it), `handshake` (`--handshake-only`: the gateway falls back to initialize) and
+`session` (`--asks-on-session`: both eras, its tools asking through the session as SDK tools
+written with `ctx.elicit` do; the gateway's era per caller must keep their questions working).
 
-    conformance/compare.py [--suites legacy,2025,2026] [--servers both,handshake]
+    conformance/compare.py [--suites legacy,2025,2026] [--servers both,handshake,session]
                            [--targets direct,stateful,stateless] [--jobs N]
 
 Exit status 1 when, for some suite and server, the stateful gateway fails a scenario that
@@ -44,7 +46,7 @@ SUITES = {
     "2025": ("conformance-next", ["--requirements", "2025-11-25"], "0.2.0-alpha.12 --requirements 2025-11-25"),
     "2026": ("conformance-next", ["--requirements", "2026-07-28"], "0.2.0-alpha.12 --requirements 2026-07-28"),
 }
-SERVERS = {"both": [], "handshake": ["--handshake-only"]}
+SERVERS = {"both": [], "handshake": ["--handshake-only"], "session": ["--asks-on-session"]}
 TARGETS = ("direct", "stateful", "stateless")
 
 # Scenarios allowed to differ from direct, with the reason: (suite, server, target, scenario).
@@ -75,7 +77,7 @@ EXPECTED: dict[tuple[str, str, str, str], str] = {
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--suites", default="legacy,2025,2026")
-    parser.add_argument("--servers", default="both,handshake")
+    parser.add_argument("--servers", default="both,handshake,session")
     parser.add_argument("--targets", default=",".join(TARGETS))
     parser.add_argument("--jobs", type=int, default=int(os.environ.get("CONFORMANCE_JOBS", "3")),
                         help="targets run in parallel (each has its own reference server)")
@@ -199,7 +201,8 @@ def _report(results: dict[tuple[str, str], dict[str, dict[str, Any]]], targets: 
     summary: list[str] = []
     for (suite, server), by_target in results.items():
         names = sorted({n for scenarios in by_target.values() for n in scenarios})
-        print(f"\n== {SUITES[suite][2]}, reference server: {server} era{'s' if server == 'both' else ' only'}")
+        print(f"\n== {SUITES[suite][2]}, reference server: "
+              f"{ {'both': 'both eras', 'handshake': 'handshake era only', 'session': 'both eras, asking on the session'}[server]}")
         print(f"{'scenario':46}" + "".join(f"{t:>11}" for t in targets))
         notes: list[str] = []
         for name in names:

@@ -15,8 +15,11 @@ included) call on a server, in both protocol eras.
 * `--handshake-only`: 2026-07-28 requests are refused as a handshake-era server refuses an
   unknown protocol version (HTTP 400), so clients (and the gateway's `protocol: auto`) fall back
   to `initialize`.
+* `--asks-on-session`: the asking tools ask through the session in both eras, the way a tool
+  written with the SDK's `ctx.elicit(...)` / `ctx.session.create_message(...)` does: they work on
+  the handshake era and fail on 2026-07-28 ("no back-channel"), while the server serves both eras.
 
-    python conformance/reference_server.py [--port 0] [--handshake-only] [--transport stdio]
+    python conformance/reference_server.py [--port 0] [--handshake-only | --asks-on-session] [--transport stdio]
         -> "listening on http://127.0.0.1:N/mcp" on stderr (loopback only)
 """
 
@@ -70,7 +73,8 @@ class _Session:
 
 
 class Reference:
-    def __init__(self, log: ExecutionLog) -> None:
+    def __init__(self, log: ExecutionLog, *, asks_on_session: bool = False) -> None:
+        self.asks_on_session = asks_on_session  # ask through the session in both eras (ctx.elicit style)
         self.bus = InMemorySubscriptionBus()
         self.tasks = TasksServer(log)
         self.dynamic_tool = False
@@ -219,7 +223,7 @@ class Reference:
 
     async def answers(self, ctx: ServerRequestContext[Any], name: str, args: dict[str, Any], params: Any) -> Any:
         """Every round's answers; on 2026-07-28 an InputRequiredResult while some are missing."""
-        if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+        if self.asks_on_session or ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
             collected: dict[str, Any] = {}
             round_ = 0
             while (asked := self.questions(ctx, name, args, round_)) is not None:
@@ -372,8 +376,11 @@ def main() -> None:
     parser.add_argument("--transport", choices=("http", "stdio"), default="http")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port (127.0.0.1 only)")
     parser.add_argument("--handshake-only", action="store_true", help="refuse 2026-07-28 requests")
+    parser.add_argument("--asks-on-session", action="store_true",
+                        help="ask through the session in both eras (as ctx.elicit does)")
     args = parser.parse_args()
-    server = Reference(ExecutionLog(state_dir() / "executions.jsonl", "reference")).server()
+    server = Reference(ExecutionLog(state_dir() / "executions.jsonl", "reference"),
+                       asks_on_session=args.asks_on_session).server()
     if args.transport == "stdio":
         anyio.run(serve_stdio, server)
     else:

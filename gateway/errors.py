@@ -7,8 +7,12 @@ results (never a stack trace), and the call pipeline turns upstream failures int
     ├── ConfigError               the configuration is malformed (names file, line and key)
     ├── TokenRefused              a bearer token is refused (401 invalid_token, 403 insufficient_scope)
     ├── StoreError                a fence or registration store cannot be used
+    ├── ApprovalError             a decision on a held call is refused (docs/approvals.md)
+    │   ├── ApprovalNotFound      no approval has this id
+    │   └── SelfApproval          the approver is the calling principal
     ├── RequestError              the client's request is wrong: a JSON-RPC error (code, message)
     │   ├── UnknownToolError      a tool name the principal cannot reach
+    │   ├── ToolHeldForReview     its definition changed on a `pinning: hold` upstream (gateway/pins/)
     │   ├── UpstreamRefusedRequest  the upstream refused the request itself (passed on as it said)
     │   ├── RateLimited           a principal's or upstream's rate limit (-32029): nothing was sent
     │   ├── TaskBudgetExceeded    the principal's stored task results fill their budget (-32029)
@@ -48,8 +52,8 @@ __all__ = [
     "UNAUTHORIZED", "UNAVAILABLE", "RATE_LIMITED", "DRAINING", "GatewayError", "ConfigError", "TokenRefused",
     "UpstreamError",
     "UpstreamNotSent", "UpstreamUnauthorized", "UpstreamInterrupted", "UpstreamAnswerTooLarge", "UpstreamListingRefused",
-    "UpstreamRpcError", "StoreError", "MediaError", "InvalidImage", "MediaStoreError", "RequestError",
-    "UnknownToolError", "UpstreamRefusedRequest", "RateLimited", "TaskBudgetExceeded", "RelayRefused",
+    "UpstreamRpcError", "StoreError", "ApprovalError", "ApprovalNotFound", "SelfApproval", "MediaError", "InvalidImage", "MediaStoreError", "RequestError",
+    "UnknownToolError", "ToolHeldForReview", "UpstreamRefusedRequest", "RateLimited", "TaskBudgetExceeded", "RelayRefused",
     "InputNotProvided", "InvalidResult", "SessionLost", "TransportError", "RequestNotSent",
     "LocalLimitReached", "RequestMaybeSent", "ResponseTooLarge",
 ]
@@ -138,6 +142,18 @@ class StoreError(GatewayError):
     """A fence or registration store cannot be used (not open, or its database failed)."""
 
 
+class ApprovalError(GatewayError):
+    """A decision on a held call is refused (docs/approvals.md)."""
+
+
+class ApprovalNotFound(ApprovalError):
+    """No approval has this id."""
+
+
+class SelfApproval(ApprovalError):
+    """The approver is the principal whose call is held: a caller never approves its own call."""
+
+
 class MediaError(GatewayError):
     """An image cannot be taken, stored or served (gateway/media/)."""
 
@@ -165,6 +181,15 @@ class UnknownToolError(RequestError):
 
     def __init__(self, name: str) -> None:
         super().__init__(INVALID_PARAMS, f"unknown tool {name!r}")
+        self.name = name
+
+
+class ToolHeldForReview(RequestError):
+    """The tool's definition changed (or is new) on an upstream with `pinning: hold`, and no operator
+    has accepted it yet (gateway/pins/): the call is refused, nothing was sent."""
+
+    def __init__(self, name: str, text: str) -> None:
+        super().__init__(INVALID_PARAMS, f"the tool {name!r} was not run: {text}")
         self.name = name
 
 

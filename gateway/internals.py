@@ -13,13 +13,23 @@ somewhere else silently:
   SSE event store (`_event_store`): `front/session_manager.py`;
 * OpenTelemetry's sampler chosen by `OTEL_TRACES_SAMPLER` (`_get_from_env_or_default`);
 * the SDK client session's per-era stamp (`_stamp`) and dispatcher (`_dispatcher`), for the
-  requests its typed methods do not know (the agent host's task methods).
+  requests its typed methods do not know (the agent host's task methods);
+* the SDK client's request clock (`mcp.shared._request_clock.waiting_on_a_person`), stopped while
+  an elicitation waits for a person, so a request's timeout measures the peer only;
+* the SDK client's capability builder (`Client._build_session`, `ClientSession._build_capabilities`),
+  to declare elicitation in form mode only (the SDK declares form and URL with any callback).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from collections.abc import Iterator
+from contextlib import AsyncExitStack, contextmanager
 from typing import TYPE_CHECKING, Any
+
+import mcp_types as types
+from mcp import Client
+from mcp.client.session import ClientSession
 
 if TYPE_CHECKING:
     from mcp.server import Server
@@ -28,6 +38,8 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace.sampling import Sampler
 
 __all__ = [
+    "FormOnlyElicitationClient",
+    "off_the_request_clock",
     "admit_session",
     "client_raw_request",
     "replace_sdk_tracing",
@@ -77,3 +89,31 @@ async def client_raw_request(session: Any, method: str, params: dict[str, Any]) 
     session._stamp(data, opts)
     result: dict[str, Any] = await session._dispatcher.send_raw_request(method, data["params"], opts)
     return result
+
+
+class FormOnlyElicitationClient(Client):
+    """The SDK client, declaring `elicitation: {form: {}}` (no URL mode) when it has an
+    elicitation callback."""
+
+    async def _build_session(self, exit_stack: AsyncExitStack) -> ClientSession:
+        session = await super()._build_session(exit_stack)
+        build = session._build_capabilities
+
+        def form_only(version: str) -> types.ClientCapabilities:
+            capabilities = build(version)
+            if capabilities.elicitation is None:
+                return capabilities
+            form = types.ElicitationCapability(form=types.FormElicitationCapability())
+            return capabilities.model_copy(update={"elicitation": form})
+
+        session._build_capabilities = form_only  # type: ignore[method-assign]
+        return session
+
+
+@contextmanager
+def off_the_request_clock() -> Iterator[None]:
+    """Stop the timeout clock of the request being served (a question to a person during it)."""
+    from mcp.shared._request_clock import waiting_on_a_person
+
+    with waiting_on_a_person():
+        yield

@@ -16,6 +16,7 @@ from starlette.applications import Starlette
 
 from .guard import ApiGuardSettings, guarded_app
 from .approvals_api import Auth, approval_routes
+from .chat_api import ChatDefaults, chat_routes
 from .session_api import session_routes
 from ..store.session_store import SessionStore
 from .web_page import page_routes
@@ -27,11 +28,13 @@ def host_app(
     agent_tokens: list[str],
     clock: Callable[[], float] = time.time,
     guard: ApiGuardSettings = ApiGuardSettings(),
+    chat: ChatDefaults | None = None,
 ) -> Starlette:
-    """Build it inside the event loop that serves it; `app.state.shutdown` ends the live streams."""
+    """Build it inside the event loop that serves it; `app.state.shutdown` ends the live streams.
+    With `chat` (`dex-agent serve`), the chat routes too (`chat_api`)."""
     auth = Auth(approver_tokens, agent_tokens)
     shutdown = anyio.Event()
-    data = approval_routes(store, clock) + session_routes(store, shutdown, clock)
+    data = (chat_routes(store, chat) if chat else []) + approval_routes(store, clock) + session_routes(store, shutdown, clock)
     app = guarded_app(data, page_routes(), auth.refuse, guard)
     app.state.shutdown = shutdown
     return app

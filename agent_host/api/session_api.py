@@ -8,7 +8,8 @@ cancelling, approving a draft plan, and answering `ask_user` questions.
     POST /sessions/{id}/plan/approve  {"revision": int}         -> 202 {"control"}; 409 unless that draft waits
     GET  /questions                   pending questions
     GET  /questions/{id}              one question with its status
-    POST /questions/{id}              {"answer": str} | {"decline": true} -> {"question", "replayed"}
+    POST /questions/{id}              {"answer": str} | {"content": {field: value}} (a form) | {"decline": true}
+                                      -> {"question", "replayed"}
 
 Authenticated like the approvals API (`approvals_api.Auth`, checked before any body is read:
 `guard`). Every event is read from the store,
@@ -33,7 +34,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..approvals.gate import card_for_approval
-from ..domain import session_events
+from ..domain import session_events, texts
+from ..domain.forms import check_form
+from ..domain.session_ids import session_id_problem
 from ..domain.records import ControlKind, ControlRecord, QuestionRecord, QuestionStatus
 from ..store.session_store import SessionStore
 from .approvals_api import HTML_SAFE, SafeJSONResponse, read_body
@@ -58,6 +61,7 @@ class PlanApproval(BaseModel):
 
 class AnswerRequest(BaseModel):
     answer: str | None = Field(default=None, max_length=MAX_STEER_CHARS)
+    content: dict[str, Any] | None = None  # a form question's fields (an upstream's elicitation)
     decline: bool = False
 
 
@@ -97,6 +101,8 @@ class SessionApi:
 
     async def _session_or_404(self, request: Request) -> str | JSONResponse:
         session_id = request.path_params["session_id"]
+        if (problem := session_id_problem(session_id)) is not None:
+            return SafeJSONResponse({"error": problem}, status_code=400)
         if await self.store.get_session(session_id) is None:
             return SafeJSONResponse({"error": "no such session"}, status_code=404)
         return str(session_id)
@@ -194,9 +200,11 @@ class SessionApi:
         found = await self._question_or_404(request)
         if isinstance(found, JSONResponse):
             return found
-        body = await read_body(request, AnswerRequest, '{"answer": str} or {"decline": true}')
+        body = await read_body(request, AnswerRequest, '{"answer": str}, {"content": {...}} or {"decline": true}')
         if isinstance(body, JSONResponse):
             return body
+        if found.form is not None and not body.decline:
+            return await self._answer_form(found, body)
         text = (body.answer or "").strip()
         if not body.decline and not text:
             return SafeJSONResponse({"error": 'give {"answer": str} (not blank) or {"decline": true}'}, status_code=400)
@@ -204,6 +212,21 @@ class SessionApi:
             return SafeJSONResponse({"error": "the answer must be one of the choices"}, status_code=400)
         status = QuestionStatus.DECLINED if body.decline else QuestionStatus.ANSWERED
         result = await self.store.answer_question(found.id, status, None if body.decline else text, "http", self.clock())
+        assert result is not None
+        question, replayed = result
+        return SafeJSONResponse({"question": session_events.question(question), "replayed": replayed})
+
+
+    async def _answer_form(self, found: QuestionRecord, body: AnswerRequest) -> JSONResponse:
+        """A form question is answered with its fields, checked against the upstream's schema."""
+        assert found.form is not None
+        if body.content is None:
+            return SafeJSONResponse({"error": 'this question is a form: give {"content": {field: value}} or {"decline": true}'},
+                                    status_code=400)
+        problem = check_form(found.form, body.content)
+        if problem is not None:
+            return SafeJSONResponse({"error": f"the answer does not fit the form: {problem}"}, status_code=400)
+        result = await self.store.answer_question(found.id, QuestionStatus.ANSWERED, texts.as_json(body.content), "http", self.clock())
         assert result is not None
         question, replayed = result
         return SafeJSONResponse({"question": session_events.question(question), "replayed": replayed})

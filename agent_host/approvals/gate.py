@@ -22,6 +22,7 @@ from ..domain.cards import (
     display_name,
     time_left,
 )
+from ..domain.parking import TurnParked
 from ..domain.records import ApprovalRecord, ApprovalStatus, ToolCallRecord
 from ..store.session_store import SessionStore
 from .decisions import first_decision
@@ -74,6 +75,7 @@ class ApprovalGate:
         poll_seconds: float = 0.1,
         clock: Callable[[], float] = time.time,
         on_card: Callable[[ApprovalCard], Awaitable[None]] | None = None,
+        park: bool = False,
     ) -> None:
         self._store = store
         self._mode = mode
@@ -82,6 +84,8 @@ class ApprovalGate:
         self._poll = poll_seconds
         self._clock = clock
         self._on_card = on_card
+        # True in `dex-agent serve`: a pending approval parks the turn (`domain/parking.py`).
+        self._park = park
 
     async def raise_approval(self, record: ToolCallRecord) -> ApprovalRecord:
         now = self._clock()
@@ -108,6 +112,10 @@ class ApprovalGate:
             await self._on_card(card)
         if self._mode == "auto":
             return await self._decide(approval.id, ApprovalStatus.ALLOWED, "auto (--approve auto)", None)
+        if self._park:
+            if approval.deadline is not None and self._clock() >= approval.deadline:
+                return await self._decide(approval.id, ApprovalStatus.EXPIRED, "deadline", None)
+            raise TurnParked("an approval", approval.deadline)
         prompter = self._prompter if self._mode == "prompt" else None
 
         async def prompt() -> None:

@@ -1,4 +1,5 @@
-"""`dex-agent sessions list|show` and `dex-agent approvals serve|list|decide`."""
+"""`dex-agent sessions list|show`, `dex-agent approvals serve|list|decide` and
+`dex-agent questions list|answer`."""
 
 from __future__ import annotations
 
@@ -19,12 +20,12 @@ from ..domain.credentials import agent_token, approver_token
 from ..domain.records import SessionRecord, ToolCallRecord, TurnRecord
 from ..domain.safe_text import terminal_text
 from ..gateway_client.connection import describe
-from ..store.session_store import SessionStore, store_path
+from ..store.session_store import SessionStore, store_target
 
 
 def sessions_list(args: argparse.Namespace) -> int:
     async def go() -> int:
-        async with SessionStore(store_path(args.store)) as store:
+        async with SessionStore(store_target(args.store)) as store:
             for session, turns, last in await store.list_sessions():
                 created = datetime.fromtimestamp(session.created_at).isoformat(timespec="seconds")
                 print(f"{session.id}  {created}  turns={turns}  last={last or '-'}  model={session.model}  gateway={session.gateway}")
@@ -35,7 +36,7 @@ def sessions_list(args: argparse.Namespace) -> int:
 
 def sessions_show(args: argparse.Namespace) -> int:
     async def go() -> int:
-        async with SessionStore(store_path(args.store)) as store:
+        async with SessionStore(store_target(args.store)) as store:
             session = await store.get_session(args.session_id)
             if session is None:
                 raise ValueError(f"no session {args.session_id}")
@@ -78,7 +79,7 @@ def approvals_serve(args: argparse.Namespace) -> int:
     sock = bind_loopback(args.port)
 
     async def go() -> int:
-        async with SessionStore(store_path(args.store)) as store:
+        async with SessionStore(store_target(args.store)) as store:
             server = ApprovalsServer(host_app(store, approvers, agents, guard=guard), sock)
             print(f"approvals API on {server.url}", file=sys.stderr, flush=True)
             print(f"web page on {server.base_url}/ui/sessions/<session id>", file=sys.stderr, flush=True)
@@ -119,3 +120,43 @@ def approvals_list(args: argparse.Namespace) -> int:
 
 def approvals_decide(args: argparse.Namespace) -> int:
     return _api(args, "POST", f"/approvals/{args.approval_id}", {"decision": args.decision, "reason": args.reason})
+
+
+def questions_list(args: argparse.Namespace) -> int:
+    return _api(args, "GET", "/questions")
+
+
+def field_values(pairs: list[str]) -> dict[str, Any]:
+    """`NAME=VALUE` pairs as a form's content: a value that reads as JSON (true, 7, ["a", "b"]) is
+    that value, any other is the text. ValueError naming a pair without `=`."""
+    content: dict[str, Any] = {}
+    for pair in pairs:
+        name, sep, raw = pair.partition("=")
+        if not sep or not name.strip():
+            raise ValueError(f"--field {pair!r}: expected NAME=VALUE")
+        try:
+            content[name.strip()] = json.loads(raw)
+        except ValueError:
+            content[name.strip()] = raw
+    return content
+
+
+def questions_answer(args: argparse.Namespace) -> int:
+    """Answer one question: `--text` (ask_user), `--field NAME=VALUE`... (an upstream's form), or
+    `--decline`."""
+    given = sum([args.text is not None, bool(args.field), args.decline])
+    if given != 1:
+        print("dex-agent: questions answer: give exactly one of --text, --field NAME=VALUE (repeatable) or --decline",
+              file=sys.stderr)
+        return 2
+    if args.decline:
+        body: dict[str, Any] = {"decline": True}
+    elif args.field:
+        try:
+            body = {"content": field_values(args.field)}
+        except ValueError as exc:
+            print(f"dex-agent: questions answer: {exc}", file=sys.stderr)
+            return 2
+    else:
+        body = {"answer": args.text}
+    return _api(args, "POST", f"/questions/{args.question_id}", body)

@@ -1,4 +1,4 @@
-"""`dex-agent`: chat, run, resume, demo, login, logout, sessions, approvals.
+"""`dex-agent`: chat, run, resume, demo, serve, login, logout, sessions, approvals.
 
 Every expected failure is one line on stderr, `dex-agent: <what went wrong>`, and a non-zero
 exit: 2 for a usage or setup error (caught before a turn starts), 1 for a failed turn or an
@@ -13,8 +13,12 @@ import os
 import sys
 from collections.abc import Sequence
 
+from gateway.errors import StoreError
+
 from ..api.guard import add_api_guard_args
 from ..approvals.gate import DEFAULT_APPROVAL_TIMEOUT_SECONDS
+from ..domain.cards import parse_deadline
+from ..domain.session_ids import check_session_id
 from ..domain.credentials import RemovedFlag, add_approver_token_args, add_issuer_args, add_token_args
 from ..gateway_client.connection import describe
 from . import admin as cli_admin
@@ -22,6 +26,8 @@ from . import chat as cli_chat
 from . import login as cli_login
 from . import run as cli_run
 from . import settings as cli_settings
+from ..service import serve as cli_serve
+from ..store.lease import DEFAULT_LEASE_SECONDS
 from .images import add_image_args
 
 GATEWAY_ENV = "DEX_AGENT_GATEWAY"
@@ -49,10 +55,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         leaf = _leaf(group)
         if isinstance(leaf, KeyboardInterrupt):
             return 130
-        if isinstance(leaf, (ValueError, KeyError)):
+        if isinstance(leaf, (ValueError, KeyError, StoreError)):
             return _fail(leaf, 2)
         raise
-    except (ValueError, KeyError) as exc:
+    except (ValueError, KeyError, StoreError) as exc:
         return _fail(exc, 2)
 
 
@@ -94,6 +100,27 @@ def _parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="the scripted demo turn, approvals granted automatically")
     _agent_args(demo, demo=True)
     demo.set_defaults(run=cli_run.run, message=DEMO_QUESTION)
+
+    serve = sub.add_parser("serve", help="the host as a service: the chat API and web page, and every session's "
+                                         "turns driven (and resumed) by itself")
+    _store_arg(serve)
+    serve.add_argument("--gateway", default=os.environ.get(GATEWAY_ENV, DEFAULT_GATEWAY), help=f"gateway MCP URL (default ${GATEWAY_ENV} or {DEFAULT_GATEWAY})")
+    serve.add_argument("--port", type=int, default=8790, help="the API and page on 127.0.0.1:PORT (default 8790)")
+    serve.add_argument("--model", default=None, help="the default model of new sessions: scripted | scripted:module:function | openai:<model>")
+    serve.add_argument("--openai-base-url", help="OpenAI-compatible base URL (as for chat)")
+    serve.add_argument("--no-stream", action="store_true", help="ask the model API for whole answers")
+    add_token_args(serve)
+    add_issuer_args(serve)
+    add_approver_token_args(serve)
+    add_api_guard_args(serve)
+    serve.add_argument("--approval-timeout", type=float, default=DEFAULT_APPROVAL_TIMEOUT_SECONDS,
+                       help="seconds before a pending approval or question is rejected")
+    serve.add_argument("--lease-seconds", type=float, default=DEFAULT_LEASE_SECONDS,
+                       help=f"how long a session stays with this process without a renewal (default {DEFAULT_LEASE_SECONDS:g})")
+    serve.add_argument("--max-model-calls", type=int, default=100)
+    serve.add_argument("--instructions", help="system instructions of sessions that set none")
+    serve.add_argument("--call-timeout", type=float, default=60.0, help="seconds to wait for one tool call")
+    serve.set_defaults(run=cli_serve.serve)
 
     login = sub.add_parser("login", help="sign in at the gateway's issuer from this terminal (device login); "
                                          "the token is kept beside the store")
@@ -144,12 +171,42 @@ def _parser() -> argparse.ArgumentParser:
     decide.add_argument("--url", required=True)
     add_approver_token_args(decide)
     decide.set_defaults(run=cli_admin.approvals_decide)
+
+    questions = sub.add_parser("questions", help="pending questions (ask_user, upstreams' forms) through the host API")
+    qsub = questions.add_subparsers(dest="questions_command", required=True, parser_class=_Parser)
+    qlist = qsub.add_parser("list", help="pending questions, with a form's fields")
+    qlist.add_argument("--url", required=True, help="e.g. http://127.0.0.1:8790")
+    add_approver_token_args(qlist)
+    qlist.set_defaults(run=cli_admin.questions_list)
+    qanswer = qsub.add_parser("answer", help="answer one question, or decline it")
+    qanswer.add_argument("question_id")
+    qanswer.add_argument("--text", help="the answer to an ask_user question")
+    qanswer.add_argument("--field", action="append", default=[], metavar="NAME=VALUE",
+                         help="a form field's value (JSON when it reads as JSON: true, 7, [\"a\"]; else text); repeatable")
+    qanswer.add_argument("--decline", action="store_true")
+    qanswer.add_argument("--url", required=True)
+    add_approver_token_args(qanswer)
+    qanswer.set_defaults(run=cli_admin.questions_answer)
     return parser
+
+
+def _deadline(value: str) -> float | None:
+    try:
+        return parse_deadline(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _session_id(value: str) -> str:
+    try:
+        return check_session_id(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _store_arg(parser: argparse.ArgumentParser, default: object = argparse.SUPPRESS) -> None:
     # Accepted before or after the command; SUPPRESS keeps a value given before it.
-    parser.add_argument("--store", default=default, help="session store (SQLite file; default $DEX_AGENT_STORE or var/dex-agent.db)")
+    parser.add_argument("--store", default=default, help="session store: a SQLite file or postgresql://...?schema=NAME (default $DEX_AGENT_STORE or var/dex-agent.db)")
 
 
 def _agent_args(parser: argparse.ArgumentParser, demo: bool = False) -> None:
@@ -161,12 +218,13 @@ def _agent_args(parser: argparse.ArgumentParser, demo: bool = False) -> None:
                         help="scripted | scripted:module:function | openai:<model> (default: the session's model, else scripted)")
     parser.add_argument("--openai-base-url", help="OpenAI-compatible base URL (default $DEX_AGENT_OPENAI_BASE_URL, $OPENAI_BASE_URL or api.openai.com); the key comes from $DEX_AGENT_OPENAI_API_KEY or $OPENAI_API_KEY")
     parser.add_argument("--no-stream", action="store_true", help="ask the model API for whole answers")
-    parser.add_argument("--session", help="session id: resume or continue it (created when new)")
+    parser.add_argument("--session", type=_session_id,
+                        help="session id: resume or continue it (created when new; 1-128 bytes, no spaces, control characters or /?#)")
     parser.add_argument("--approve", choices=("prompt", "auto", "api"), default="auto" if demo else "prompt",
                         help="who decides approvals: the terminal, nobody (auto-allow), or only the HTTP API")
     parser.add_argument("--yes", "-y", action="store_true", help="same as --approve auto")
-    parser.add_argument("--approval-timeout", type=float, default=DEFAULT_APPROVAL_TIMEOUT_SECONDS,
-                        help="seconds before a pending approval or question is rejected")
+    parser.add_argument("--approval-timeout", type=_deadline, default=DEFAULT_APPROVAL_TIMEOUT_SECONDS, metavar="SECONDS|none",
+                        help="seconds before a pending approval or question is rejected (default none: no deadline)")
     parser.add_argument("--approvals-port", type=int,
                         help="also serve the host API (approvals, questions, steer, cancel, the live stream) and the web page on 127.0.0.1:PORT")
     add_approver_token_args(parser)

@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 from ..domain.safe_text import terminal_text
 from ..domain.settings import parse_policy, resolve_settings
-from ..store.session_store import SessionStore, store_path
+from ..store.session_store import SessionStore, store_target
 
 # flag -> (settings field, type, help)
 _FLAGS: dict[str, tuple[str, type, str]] = {
@@ -57,7 +57,7 @@ def sessions_set(args: argparse.Namespace) -> int:
         raise ValueError(f"--unset {unknown[0]}: not a setting (one of {', '.join(SETTING_NAMES)})")
 
     async def go() -> int:
-        async with SessionStore(store_path(args.store)) as store:
+        async with SessionStore(store_target(args.store)) as store:
             session = await store.get_session(args.session_id)
             if session is None:
                 raise ValueError(f"no session {args.session_id}")

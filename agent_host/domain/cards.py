@@ -16,7 +16,23 @@ from pydantic import BaseModel
 from .records import ApprovalStatus, ToolCallRecord
 from .safe_text import arguments_view, terminal_text
 
-DEFAULT_APPROVAL_TIMEOUT_SECONDS = 600.0
+# Approvals and questions wait without a deadline unless one is given (the seeds' default).
+DEFAULT_APPROVAL_TIMEOUT_SECONDS: float | None = None
+
+
+def parse_deadline(value: str) -> float | None:
+    """A deadline in seconds from the command line: a positive number, or `none` (no deadline).
+    ValueError, naming the value, otherwise."""
+    text = value.strip().lower()
+    if text == "none":
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise ValueError(f"{value!r} is not a number of seconds or `none`") from None
+    if not seconds > 0 or seconds == float("inf"):
+        raise ValueError(f"{value!r}: a deadline must be a positive number of seconds, or `none`")
+    return seconds
 MAX_NAME_CHARS = 128
 
 

@@ -148,8 +148,15 @@ class QuestionStatus(StrEnum):
     CANCELLED = "cancelled"
 
 
+class QuestionKind(StrEnum):
+    ASK_USER = "ask_user"  # the model's ask_user
+    ELICITATION = "elicitation"  # an upstream's elicitation/create (form mode) during a tool call
+
+
 class QuestionRecord(BaseModel):
-    """An `ask_user` question: answered from the terminal, the HTTP API or the web page."""
+    """A question to the user: the model's `ask_user`, or an upstream's form (`kind` elicitation,
+    `form` its requested schema, the answer the form's fields as JSON). Answered from the
+    terminal, the HTTP API or the web page."""
 
     id: str
     session_id: str
@@ -164,6 +171,8 @@ class QuestionRecord(BaseModel):
     created_at: float
     decided_at: float | None = None
     deadline: float | None = None
+    kind: QuestionKind = QuestionKind.ASK_USER
+    form: dict[str, Any] | None = None
 
 
 class ControlKind(StrEnum):

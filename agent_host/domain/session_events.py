@@ -14,6 +14,7 @@ from typing import Any
 
 from ..models.base import Message
 from .cards import MAX_NAME_CHARS, ApprovalCard, call_summary
+from .forms import FormError, form_fields
 from .records import ControlRecord, QuestionRecord, ToolCallRecord, TurnRecord
 from .safe_text import terminal_text
 
@@ -27,6 +28,7 @@ TURN_FINISHED = "turn_finished"
 MESSAGE = "message"
 DELTA = "delta"
 TOOL_CALL = "tool_call"
+TOOL_PROGRESS = "tool_progress"
 APPROVAL = "approval"
 QUESTION = "question"
 PLAN = "plan"
@@ -94,6 +96,17 @@ def tool_call(record: ToolCallRecord) -> dict[str, Any]:
     }
 
 
+def tool_progress(record: ToolCallRecord, progress: float, total: float | None, message: str | None) -> dict[str, Any]:
+    """An upstream's notifications/progress for a running call (a task's status messages too)."""
+    return {
+        "turn_id": record.turn_id,
+        "tool_call_id": name(record.id),
+        "progress": progress,
+        "total": total,
+        "message": text(message, 500, keep_newlines=False),
+    }
+
+
 def approval(card: ApprovalCard, decided_by: str | None, reason: str | None) -> dict[str, Any]:
     data = card.model_dump(mode="json")
     data.update(decided_by=text(decided_by, 64, keep_newlines=False), reason=text(reason, 500, keep_newlines=False))
@@ -112,7 +125,25 @@ def question(record: QuestionRecord) -> dict[str, Any]:
         "answer": text(record.answer, 2000),
         "answered_by": text(record.answered_by, 64, keep_newlines=False),
         "deadline": record.deadline,
+        "kind": record.kind.value,
+        "fields": _fields(record.form),
     }
+
+
+def _fields(form: dict[str, Any] | None) -> list[dict[str, Any]] | None:
+    """A form question's fields, every text cut and made safe (None: not a form)."""
+    if form is None:
+        return None
+    try:
+        fields = form_fields(form)
+    except FormError:
+        return []
+    return [{
+        "name": text(f.name, MAX_NAME_CHARS, keep_newlines=False), "type": f.type,
+        "title": text(f.title, 200, keep_newlines=False), "description": text(f.description, 1000),
+        "required": f.required, "enum": [text(e, MAX_CHOICE_CHARS, keep_newlines=False) for e in f.enum] if f.enum else None,
+        "enum_titles": [text(e, MAX_CHOICE_CHARS, keep_newlines=False) for e in f.enum_titles] if f.enum_titles else None,
+    } for f in fields]
 
 
 def plan(revision: int, status: str | None, todos: list[dict[str, Any]] | None) -> dict[str, Any]:
@@ -145,3 +176,11 @@ def compaction(turn_id: str, replaced_messages: int, tool_call_ids: list[str], s
         "turn_id": turn_id, "replaced_messages": replaced_messages,
         "tool_results_by_reference": [name(i) for i in tool_call_ids], "summary_chars": summary_chars,
     }
+
+
+QUEUE = "queue"
+
+
+def queued(message_id: str, text_: str | None, status: str) -> dict[str, Any]:
+    """A message sent while a turn ran: `queued`, `started` (it began a turn) or `withdrawn`."""
+    return {"message_id": message_id, "text": text(text_), "status": status}

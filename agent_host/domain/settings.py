@@ -35,6 +35,8 @@ class SessionSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: str | None = None
+    # The session's system instructions (None: the host's); `POST /sessions` sets them.
+    instructions: str | None = Field(default=None, max_length=8_000)
     temperature: float | None = Field(default=None, ge=0, le=2)
     max_tokens: int | None = Field(default=None, ge=1)
     tool_policies: dict[str, ToolPolicySetting] = Field(default_factory=dict)

@@ -1,4 +1,5 @@
-"""Every text the model sees about the fate of a tool call, in one place.
+"""Every text the model sees about the fate of a tool call, in one place — and the texts of the
+seeds' smaller rules (listing failures, the turn failure note, an abandoned task, session ids).
 
 The loop, the gateway tool source and the built-in tools import these; no other module
 words a tool call's fate, so what the model reads stays consistent and reviewable.
@@ -17,6 +18,22 @@ def as_json(value: Any) -> str:
     return json.dumps(value, separators=_SEPARATORS, ensure_ascii=False)
 
 
+def _whole(value: Any) -> Any:
+    """Whole floats as integers (a `priority` of 1.0 is written 1), recursively."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _whole(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_whole(v) for v in value]
+    return value
+
+
+def sorted_json(value: Any) -> str:
+    """A server's items as the mcp_* tools answer them: keys sorted, Python's separators."""
+    return json.dumps(_whole(value), sort_keys=True, separators=_SEPARATORS, ensure_ascii=False)
+
+
 OUTCOME_UNKNOWN = (
     "The outcome of this call is unknown: the request was sent, but no answer came back, so "
     "the write may have taken effect. Do not repeat this call unless the user asks you to; "
@@ -33,6 +50,7 @@ APPROVAL_DENIED = "The tool call was not run: the user denied approval."
 APPROVAL_DEADLINE_PASSED = "approval deadline passed"
 QUESTION_DECLINED = "The user declined to answer."
 QUESTION_DEADLINE_PASSED = "question deadline passed"
+FORM_WITHOUT_MESSAGE = "A tool asks you to fill in a form."
 
 
 def outcome_unknown(detail: str | None = None) -> str:
@@ -113,6 +131,10 @@ CANCELLED_BY_STEERING = (
     "calls that had not started were cancelled. Read the user's message and decide again."
 )
 CANCELLED_BY_TURN_CANCELLATION = "The tool call was not run: the user cancelled the turn."
+TASK_ABANDONED = (
+    f"{OUTCOME_UNKNOWN} (the user cancelled the turn while this call's long-running task was running; "
+    "the task was asked to stop, but it may have done its work)"
+)
 READ_STOPPED_BY_CANCELLATION = "The tool call was stopped before it answered: the user cancelled the turn."
 
 
@@ -120,6 +142,14 @@ def turn_cancelled_reason(source: str, reason: str | None) -> str:
     """The turn's error text: who cancelled it, and why when they said."""
     base = f"cancelled by the user ({source})"
     return f"{base}: {reason.strip()}" if reason and reason.strip() else base
+
+
+def turn_failed_note(error: str) -> str:
+    """Stored at the end of a failed turn whose tool calls have results (the seeds' turn failure note)."""
+    return (
+        f"[Dex] This turn failed ({error}). The tool calls above ran with the results shown; do not "
+        "repeat them unless the user asks you to."
+    )
 
 
 def turn_cancelled_note(reason: str) -> str:
@@ -153,3 +183,35 @@ def spend_limit(scope: str, used: str, limit: str) -> str:
 # Compaction ---------------------------------------------------------------------------------------
 
 CONTEXT_SUMMARY_HEADER = "[Dex] Summary of the earlier conversation:"
+
+
+# Listing the gateway's tools -------------------------------------------------------------------------
+
+def listing_failed(detail: str) -> str:
+    """The warning when the gateway's tools could not be listed for a model call."""
+    return f"the gateway's tools are not offered in this model call: {detail}"
+
+
+def listing_timed_out(seconds: float) -> str:
+    return f"listing them took longer than {seconds:g} s"
+
+
+# Session ids (Collie's id rule) --------------------------------------------------------------------
+
+SESSION_ID_EMPTY = "a session id cannot be empty"
+
+
+def session_id_too_long(shown: str, size: int, limit: int) -> str:
+    return f"session id {shown} is {size} bytes long; at most {limit} are allowed"
+
+
+def session_id_forbidden(shown: str, char: str) -> str:
+    return f"session id {shown} contains {char!r}; a session id cannot contain /, ? or #"
+
+
+def session_id_whitespace(shown: str) -> str:
+    return f"session id {shown} contains whitespace"
+
+
+def session_id_control(shown: str, code: int) -> str:
+    return f"session id {shown} contains a control or invisible character (U+{code:04X})"

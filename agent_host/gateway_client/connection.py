@@ -11,17 +11,43 @@ handled by `cancel_guard`.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
 
 import httpx2
+import mcp_types as types
 from mcp import Client
+from mcp.client.session import ClientRequestContext, ElicitationFnT
 from mcp.client.streamable_http import streamable_http_client
+
+from gateway.internals import FormOnlyElicitationClient, off_the_request_clock
 
 from ..domain.credentials import TOKEN_ENV, TOKEN_FILE_FLAG
 from .credential import Credential, CredentialError, StaticToken, as_credential
 
 _REFUSED = frozenset({401, 403})
+
+
+# An upstream's form question during a request: (message, requested schema) -> (action, content),
+# action `accept` (with the form's values), `decline` or `cancel`.
+FormAsker = Callable[[str, dict[str, Any]], Awaitable[tuple[str, dict[str, Any] | None]]]
+
+
+def elicitation_callback(ask: FormAsker) -> ElicitationFnT:
+    """The SDK client's elicitation handler: a form goes to `ask`; a URL request (not offered to
+    the user) is declined."""
+
+    async def callback(context: ClientRequestContext, params: types.ElicitRequestParams) -> types.ElicitResult:
+        if not isinstance(params, types.ElicitRequestFormParams):
+            return types.ElicitResult(action="decline")
+        with off_the_request_clock():  # the call's timeout measures the gateway, not the person
+            action, content = await ask(params.message, dict(params.requested_schema))
+        if action == "accept":
+            return types.ElicitResult(action="accept", content=content)
+        return types.ElicitResult(action="decline" if action == "decline" else "cancel")
+
+    return callback
 
 
 class GatewayUnavailable(Exception):
@@ -77,8 +103,10 @@ class GatewayConnection:
         return GatewayRefused(f"the gateway at {self.url} refused the connection {how} (HTTP {status}: {detail}); {fix}")
 
     @asynccontextmanager
-    async def session(self) -> AsyncIterator[Client]:
-        """An initialized MCP session; GatewayUnavailable when no attempt could connect."""
+    async def session(self, ask_form: FormAsker | None = None) -> AsyncIterator[Client]:
+        """An initialized MCP session; GatewayUnavailable when no attempt could connect. With
+        `ask_form`, the session declares elicitation and the gateway's (an upstream's) form
+        questions during its requests go to it."""
         try:
             token = await self.credential.bearer()
         except CredentialError as exc:
@@ -92,11 +120,12 @@ class GatewayConnection:
                 http = await stack.enter_async_context(
                     httpx2.AsyncClient(headers=headers, timeout=timeout, event_hooks={"response": [statuses.record]})
                 )
-                client = Client(
+                client = FormOnlyElicitationClient(
                     streamable_http_client(self.url, http_client=http),
                     mode="legacy",
                     cache=None,
                     read_timeout_seconds=self.call_timeout,
+                    elicitation_callback=elicitation_callback(ask_form) if ask_form is not None else None,
                 )
                 try:
                     await stack.enter_async_context(client)

@@ -30,7 +30,7 @@ from gateway.conventions.keys import IDEMPOTENCY_KEY
 from gateway.conventions.outcomes import AttemptEvent, Interrupted, NotSent, Replied, RpcError
 from gateway.internals import client_raw_request
 
-from .connection import GatewayConnection, GatewayUnavailable, describe
+from .connection import FormAsker, GatewayConnection, GatewayUnavailable, describe
 
 __all__ = ["HostTasks", "TaskCaller"]
 
@@ -93,7 +93,8 @@ class TaskCaller:
         return await self._tasks.task_of(key) is not None
 
     async def call(self, name: str, arguments: dict[str, Any], key: str,
-                   on_progress: OnProgress | None = None, on_sent: Callable[[], Any] | None = None) -> AttemptEvent:
+                   on_progress: OnProgress | None = None, on_sent: Callable[[], Any] | None = None,
+                   ask_form: FormAsker | None = None, on_task: Callable[[], Any] | None = None) -> AttemptEvent:
         """The call's end as an attempt event (the re-issue rules read it like a plain call's)."""
         known = await self._tasks.task_of(key)
         if known is not None:
@@ -118,40 +119,75 @@ class TaskCaller:
             task_id = str(task["taskId"])
             await self._tasks.record(key, task_id, name, str(task.get("status")))
         try:
-            return await self._poll(name, key, task_id, on_progress)
+            if on_task is not None:
+                await on_task()
+            return await self._poll(name, key, task_id, on_progress, ask_form)
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True), anyio.move_on_after(10):
                 await self.cancel(key)
             raise
 
-    async def _poll(self, name: str, key: str, task_id: str, on_progress: OnProgress | None) -> AttemptEvent:
-        failures, seen, step = 0, None, 0
+    async def _poll(self, name: str, key: str, task_id: str, on_progress: OnProgress | None,
+                    ask_form: FormAsker | None = None) -> AttemptEvent:
+        state = _PollState()
         while True:
             try:
-                async with self._connection.session() as client:
-                    while True:
-                        task = await _raw(client, "tasks/get", {"taskId": task_id})
-                        failures = 0
-                        status, message = str(task.get("status")), task.get("statusMessage")
-                        if (status, message) != seen:
-                            seen, step = (status, message), step + 1
-                            await self._tasks.record(key, task_id, name, status)
-                            if on_progress is not None and isinstance(message, str):
-                                await on_progress(step, None, message)
-                        if status in _TERMINAL:
-                            return await self._end(client, task_id)
-                        interval = (task.get("pollInterval") or 1000) / 1000
-                        await anyio.sleep(min(max(interval, _MIN_POLL), _MAX_POLL))
+                async with self._connection.session(ask_form) as client:
+                    return await self._poll_session(client, name, key, task_id, on_progress, ask_form is not None, state)
             except MCPError as exc:
                 if exc.error.code == types.INVALID_PARAMS:  # the gateway no longer knows the task
                     return Interrupted(f"the gateway no longer knows task {task_id}: {exc.error.message}")
-                failures += 1
+                state.failures += 1
             except Exception as exc:  # noqa: BLE001 - the gateway may be restarting: poll again
-                failures += 1
+                state.failures += 1
                 log.info("%s: polling task %s failed (%s)", name, task_id, describe(exc))
-            if failures >= _POLL_FAILURES:
+            if state.failures >= _POLL_FAILURES:
                 return Interrupted(f"task {task_id} could not be polled")
-            await anyio.sleep(min(0.2 * failures, 2.0))
+            await anyio.sleep(min(0.2 * state.failures, 2.0))
+
+    async def _poll_session(self, client: Any, name: str, key: str, task_id: str, on_progress: OnProgress | None,
+                            asks_forms: bool, state: "_PollState") -> AttemptEvent:
+        """Poll on one session until the task ends. A 2025-11-25 task asks its questions on
+        tasks/result (elicitation on this session): while it is input_required, one tasks/result is
+        held open beside the polls. An error of a poll is raised as itself (not in a group)."""
+        error: Exception | None = None
+        outcome: AttemptEvent | None = None
+        async with anyio.create_task_group() as asks:
+            try:
+                while outcome is None:
+                    task = await _raw(client, "tasks/get", {"taskId": task_id})
+                    state.failures = 0
+                    status, message = str(task.get("status")), task.get("statusMessage")
+                    if (status, message) != state.seen:
+                        state.seen, state.step = (status, message), state.step + 1
+                        await self._tasks.record(key, task_id, name, status)
+                        if on_progress is not None and isinstance(message, str):
+                            await on_progress(state.step, None, message)
+                    if status in _TERMINAL:
+                        outcome = await self._end(client, task_id)
+                        break
+                    if status == "input_required" and asks_forms and not state.asking:
+                        state.asking = True
+                        asks.start_soon(self._carry_questions, client, task_id, state)
+                    interval = (task.get("pollInterval") or 1000) / 1000
+                    await anyio.sleep(min(max(interval, _MIN_POLL), _MAX_POLL))
+            except Exception as exc:  # noqa: BLE001 - handed to _poll outside the task group
+                error = exc
+            asks.cancel_scope.cancel()
+        if error is not None:
+            raise error
+        assert outcome is not None
+        return outcome
+
+    async def _carry_questions(self, client: Any, task_id: str, state: "_PollState") -> None:
+        """Hold a tasks/result open, so the task's questions reach this session; its answer (or its
+        timeout) is not the call's end, which the poll reads."""
+        try:
+            await _raw(client, "tasks/result", {"taskId": task_id})
+        except Exception as exc:  # noqa: BLE001 - the poll decides the end; a later question asks again
+            log.info("tasks/result of %s (carrying its questions) ended: %s", task_id, describe(exc))
+        finally:
+            state.asking = False
 
     async def _end(self, client: Any, task_id: str) -> AttemptEvent:
         try:
@@ -175,6 +211,17 @@ class TaskCaller:
     async def cancel_tasks(self, keys: list[str]) -> int:
         """Cancel the open tasks of these calls (a cancelled turn's); how many were cancelled."""
         return sum([await self.cancel(key) for key in keys])
+
+
+class _PollState:
+    """A task's polls across sessions: failures in a row, the last status seen, and whether a
+    tasks/result is open to carry the task's questions."""
+
+    def __init__(self) -> None:
+        self.failures = 0
+        self.seen: tuple[str, Any] | None = None
+        self.step = 0
+        self.asking = False
 
 
 async def _raw(client: Any, method: str, params: dict[str, Any]) -> dict[str, Any]:

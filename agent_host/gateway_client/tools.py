@@ -31,8 +31,9 @@ from ..domain import texts
 from ..domain.records import CallStatus
 from .cancel_guard import TransportCancelled, outside_transport_cancels
 from .credential import Credential
-from .connection import GatewayConnection, GatewayRefused, GatewayUnavailable, describe
+from .connection import FormAsker, GatewayConnection, GatewayRefused, GatewayUnavailable, describe
 from .images import ImageLibrary, ImageReference, block_text, references_in
+from .resources import GatewayResources
 from .reissue import PriorAttempts, give_up, plan_attempts, resolve
 from .tasks import HostTasks, TaskCaller
 
@@ -72,6 +73,8 @@ class CallRequest:
     key: str
     effect: Effect
     prior: PriorAttempts = PriorAttempts()
+    ask_form: FormAsker | None = None  # an upstream's form questions during the call go to the user
+    on_task: Callable[[], Awaitable[None]] | None = None  # the call is a task now (its id is recorded)
 
 
 class CallResult(BaseModel):
@@ -156,6 +159,8 @@ class GatewayToolSource:
     ) -> None:
         self.url = url
         self._connection = GatewayConnection(url, token, connect_timeout, call_timeout, connect_attempts)
+        # The gateway's resources and prompts, for the model's mcp_* tools.
+        self.resources = GatewayResources(self._connection)
         # Tools that need a task are called as one; their task ids are kept in `tasks` (agent_host/gateway_client/tasks.py).
         self.task_caller = TaskCaller(self._connection, tasks) if tasks is not None else None
         self._task_tools: set[str] = set()
@@ -244,7 +249,8 @@ class GatewayToolSource:
                 await on_attempt(attempt)
 
         async def run() -> AttemptEvent:
-            return await caller.call(request.name, request.arguments, request.key, on_progress, sent)
+            return await caller.call(request.name, request.arguments, request.key, on_progress, sent, request.ask_form,
+                                     request.on_task)
 
         try:
             event = await outside_transport_cancels(run)
@@ -263,7 +269,7 @@ class GatewayToolSource:
         exchange = _Exchange()
 
         async def run() -> AttemptEvent:
-            async with self._connection.session() as client:
+            async with self._connection.session(request.ask_form) as client:
                 if on_attempt is not None:
                     await on_attempt(attempt)  # counted (committed) before the request leaves
                 exchange.sent = True

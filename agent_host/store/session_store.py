@@ -1,6 +1,7 @@
-"""The session store (SQLite) as the async host uses it: sessions, turns, messages, tool-call
-records, approvals, questions, controls (steer, cancel, plan execution), usage, compactions and
-the session's event log.
+"""The session store (SQLite; or PostgreSQL through the same statements, `postgres.py`) as the
+async host uses it: sessions, turns, messages, tool-call records, approvals, questions, controls
+(steer, cancel, plan execution), usage, compactions, the session's event log, and for `serve`
+leases and queued messages.
 
 Every state change is committed (WAL, synchronous=FULL) before the loop acts on it, so a host
 killed at any instant resumes at a step boundary. The fsync of each commit happens off the
@@ -23,17 +24,33 @@ from typing import Concatenate, Generic, ParamSpec, Self, TypeVar, overload
 import anyio
 
 from ..domain.records import ApprovalRecord, ApprovalStatus, CallStatus, SessionRecord, ToolCallRecord, TurnRecord, TurnStatus
+from .postgres import is_postgres_url
 from .sqlite_store import SqliteSessionStore
 
 DEFAULT_STORE_PATH = "var/dex-agent.db"
 STORE_ENV = "DEX_AGENT_STORE"
+LOCAL_STORE_ENV = "DEX_AGENT_LOCAL_STORE"
 
 T = TypeVar("T")
 P = ParamSpec("P")
 
 
+def store_target(configured: str | None) -> str | Path:
+    """The session store: a SQLite file, or a PostgreSQL URL (`postgresql://...?schema=NAME`)."""
+    value = configured or os.environ.get(STORE_ENV) or DEFAULT_STORE_PATH
+    return value if is_postgres_url(value) else Path(value)
+
+
 def store_path(configured: str | None) -> Path:
-    return Path(configured or os.environ.get(STORE_ENV) or DEFAULT_STORE_PATH)
+    """The local file the host keeps its other files beside (login, images, upstream task ids): the
+    SQLite store; with a PostgreSQL store, $DEX_AGENT_LOCAL_STORE or the default path (its folder
+    created)."""
+    target = store_target(configured)
+    if isinstance(target, Path):
+        return target
+    local = Path(os.environ.get(LOCAL_STORE_ENV) or DEFAULT_STORE_PATH)
+    local.parent.mkdir(parents=True, exist_ok=True)
+    return local
 
 
 class _OffThread(Generic[P, T]):
@@ -67,7 +84,7 @@ class SessionStore:
     """The async face of `SqliteSessionStore`: each of its statements below, off the event loop."""
 
     def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
+        self.path: str | Path = path if is_postgres_url(path) else Path(path)
         self._sqlite: SqliteSessionStore | None = None
         self._limiter: anyio.CapacityLimiter | None = None
 
@@ -142,8 +159,21 @@ class SessionStore:
     usage_totals = _OffThread(SqliteSessionStore.usage_totals)
     record_compaction = _OffThread(SqliteSessionStore.record_compaction)
     compactions = _OffThread(SqliteSessionStore.compactions)
+    apply_retention = _OffThread(SqliteSessionStore.apply_retention)
     append_event = _OffThread(SqliteSessionStore.append_event)
     events_after = _OffThread(SqliteSessionStore.events_after)
+
+    # The service: leases, queued messages, due work (`sqlite_service.py`) -------------------------
+    get_lease = _OffThread(SqliteSessionStore.get_lease)
+    take_lease = _OffThread(SqliteSessionStore.take_lease)
+    release_lease = _OffThread(SqliteSessionStore.release_lease)
+    queue_message = _OffThread(SqliteSessionStore.queue_message)
+    withdraw_message = _OffThread(SqliteSessionStore.withdraw_message)
+    queued_messages = _OffThread(SqliteSessionStore.queued_messages)
+    start_queued_turn = _OffThread(SqliteSessionStore.start_queued_turn)
+    start_plan_execution = _OffThread(SqliteSessionStore.start_plan_execution)
+    transcript = _OffThread(SqliteSessionStore.transcript)
+    due_sessions = _OffThread(SqliteSessionStore.due_sessions)
 
 __all__ = [
     "DEFAULT_STORE_PATH",
@@ -157,4 +187,5 @@ __all__ = [
     "TurnRecord",
     "TurnStatus",
     "store_path",
+    "store_target",
 ]

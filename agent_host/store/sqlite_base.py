@@ -15,12 +15,13 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ..domain import session_events as events
 from ..domain.cards import ApprovalCard
 from ..domain.records import ApprovalRecord, EventRecord, SessionRecord, ToolCallRecord, TurnRecord, TurnStatus
 from ..models.base import Message
+from .postgres import PgConnection, is_postgres_url
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -65,6 +66,12 @@ CREATE TABLE IF NOT EXISTS events (
   id INTEGER PRIMARY KEY AUTOINCREMENT, session_id TEXT NOT NULL, turn_id TEXT, type TEXT NOT NULL,
   data TEXT NOT NULL, at REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS events_by_session ON events (session_id, id);
+CREATE TABLE IF NOT EXISTS queued_messages (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE, session_id TEXT NOT NULL,
+  text TEXT NOT NULL, status TEXT NOT NULL, turn_id TEXT, created_at REAL NOT NULL, mode TEXT NOT NULL DEFAULT 'chat');
+CREATE INDEX IF NOT EXISTS queued_by_session ON queued_messages (session_id, status, seq);
+CREATE TABLE IF NOT EXISTS leases (
+  session_id TEXT PRIMARY KEY, replica_id TEXT NOT NULL, boot_id TEXT NOT NULL, lease_until REAL NOT NULL);
 """
 
 # Columns added after the first release of the store: added to an older file when it is opened.
@@ -75,6 +82,8 @@ _ADDED_COLUMNS: dict[str, list[tuple[str, str]]] = {
         ("continuations", "INTEGER NOT NULL DEFAULT 0"),
     ],
     "tool_calls": [("cancel_reason", "TEXT"), ("images", "TEXT")],
+    "messages": [("message_id", "TEXT")],
+    "questions": [("kind", "TEXT NOT NULL DEFAULT 'ask_user'"), ("form", "TEXT")],
 }
 
 
@@ -82,6 +91,11 @@ class SqliteBase:
     """The connection and the helpers every group of statements uses."""
 
     def __init__(self, path: str | Path) -> None:
+        if is_postgres_url(path):
+            # PostgreSQL: the same statements through a connection that speaks them (`postgres.py`).
+            self.path = Path("postgresql")
+            self._db = cast(sqlite3.Connection, PgConnection(str(path)))
+            return
         self.path = Path(path)
         if str(path) != ":memory:":
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -181,11 +195,14 @@ class SqliteBase:
             raise KeyError(call_id)
         return self._call(row)
 
-    def _append(self, db: sqlite3.Connection, session_id: str, turn_id: str, message: Message) -> int:
-        """Append a message (and its event) inside the caller's transaction; its seq."""
+    def _append(
+        self, db: sqlite3.Connection, session_id: str, turn_id: str, message: Message, message_id: str | None = None
+    ) -> int:
+        """Append a message (and its event) inside the caller's transaction; its seq. `message_id`:
+        the id the API gave a user's message (a queued one keeps it in the transcript)."""
         cursor = db.execute(
-            "INSERT INTO messages (session_id, turn_id, body) VALUES (?, ?, ?)",
-            (session_id, turn_id, message.model_dump_json()),
+            "INSERT INTO messages (session_id, turn_id, body, message_id) VALUES (?, ?, ?, ?)",
+            (session_id, turn_id, message.model_dump_json(), message_id),
         )
         self._event(db, session_id, turn_id, events.MESSAGE, events.message(turn_id, message))
         return int(cursor.lastrowid or 0)

@@ -16,9 +16,11 @@ import time
 from ..domain import session_events as events
 from ..domain.records import (
     ApprovalStatus,
+    CancelReason,
     ControlKind,
     ControlRecord,
     PlanStatus,
+    QuestionKind,
     QuestionRecord,
     QuestionStatus,
     TurnStatus,
@@ -101,7 +103,9 @@ class SqliteControls(SqliteBase):
         return row is not None
 
     def cancel_waits(self, session_id: str, turn_id: str, by: str) -> None:
-        """Close the turn's pending approvals and questions: a later decision gets this one back."""
+        """Close the turn's pending approvals and questions: a later decision gets this one back.
+        A steer leaves an upstream's question alone (its call has started and runs to its end);
+        a cancelled turn closes it too."""
         now = time.time()
         with self._tx() as db:
             for approval_id in self._pending_ids(db, "approvals", session_id, turn_id):
@@ -110,21 +114,28 @@ class SqliteControls(SqliteBase):
                 assert approval is not None
                 self._approval_event(db, approval)
             for question_id in self._pending_ids(db, "questions", session_id, turn_id):
+                if by == CancelReason.STEERED.value and self._question_kind(db, question_id) is not QuestionKind.ASK_USER:
+                    continue
                 self._decide_first(db, "questions", question_id, QuestionStatus.CANCELLED.value, by, None, now)
                 self._question_event(db, question_id)
 
     # Questions ----------------------------------------------------------------------------------
+
+    def _question_kind(self, db: sqlite3.Connection, question_id: str) -> QuestionKind:
+        row = db.execute("SELECT kind FROM questions WHERE id = ?", (question_id,)).fetchone()
+        return QuestionKind(row["kind"]) if row is not None and row["kind"] else QuestionKind.ASK_USER
 
     def create_question(self, record: QuestionRecord) -> QuestionRecord:
         """Idempotent, like approvals: the same call asked again after a restart keeps its row."""
         with self._tx() as db:
             cursor = db.execute(
                 "INSERT OR IGNORE INTO questions (id, session_id, turn_id, tool_call_id, question, choices, allows_free_text,"
-                " status, created_at, deadline) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " status, created_at, deadline, kind, form) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     record.id, record.session_id, record.turn_id, record.tool_call_id, record.question,
                     json.dumps(record.choices) if record.choices is not None else None, int(record.allows_free_text),
-                    record.status.value, record.created_at, record.deadline,
+                    record.status.value, record.created_at, record.deadline, record.kind.value,
+                    json.dumps(record.form) if record.form is not None else None,
                 ),
             )
             if cursor.rowcount:
@@ -145,6 +156,7 @@ class SqliteControls(SqliteBase):
         data = dict(row)
         data["choices"] = json.loads(data["choices"]) if data["choices"] else None
         data["allows_free_text"] = bool(data["allows_free_text"])
+        data["form"] = json.loads(data["form"]) if data.get("form") else None
         return QuestionRecord.model_validate(data)
 
     def pending_questions(self, session_id: str | None = None) -> list[QuestionRecord]:

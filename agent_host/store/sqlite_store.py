@@ -11,6 +11,7 @@ boundary and resumes from there, and the live stream misses nothing.
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 import uuid
 from enum import StrEnum
@@ -18,10 +19,13 @@ from typing import Any
 
 from gateway.media.references import ImageReference
 
+from ..domain.session_ids import check_session_id
 from ..domain import session_events as events
+from ..domain import texts
 from ..domain.records import (
     ApprovalRecord,
     ApprovalStatus,
+    ControlKind,
     PlanStatus,
     SessionRecord,
     ToolCallRecord,
@@ -32,9 +36,10 @@ from ..domain.records import (
 from ..models.base import Message
 from .sqlite_controls import SqliteControls
 from .sqlite_ledger import SqliteLedger
+from .sqlite_service import QUEUED, STARTED, SqliteService
 
 
-class SqliteSessionStore(SqliteControls, SqliteLedger):
+class SqliteSessionStore(SqliteControls, SqliteLedger, SqliteService):
     """The statements, synchronous: call them from one thread at a time (`SessionStore` does)."""
 
     # Sessions ---------------------------------------------------------------------------------
@@ -42,7 +47,7 @@ class SqliteSessionStore(SqliteControls, SqliteLedger):
     def create_session(
         self, model: str, gateway: str, session_id: str | None = None, settings: dict[str, Any] | None = None
     ) -> SessionRecord:
-        sid = session_id or "s-" + uuid.uuid4().hex[:12]
+        sid = check_session_id(session_id) if session_id is not None else "s-" + uuid.uuid4().hex[:12]
         with self._tx() as db:
             db.execute(
                 "INSERT INTO sessions (id, created_at, model, gateway, settings) VALUES (?, ?, ?, ?, ?)",
@@ -104,19 +109,81 @@ class SqliteSessionStore(SqliteControls, SqliteLedger):
         """A new turn with the user's message (and references to its images); it keeps a copy of
         the session's settings."""
         with self._tx() as db:
-            seq = db.execute("SELECT COUNT(*) FROM turns WHERE session_id = ?", (session_id,)).fetchone()[0] + 1
-            turn_id = f"turn-{seq}"
-            settings = db.execute("SELECT settings FROM sessions WHERE id = ?", (session_id,)).fetchone()
-            db.execute(
-                "INSERT INTO turns (session_id, id, seq, status, user_text, started_at, mode, settings)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (session_id, turn_id, seq, TurnStatus.RUNNING.value, user_text, time.time(), mode.value,
-                 settings["settings"] if settings and settings["settings"] else "{}"),
-            )
-            turn = self._turn(db.execute("SELECT * FROM turns WHERE session_id = ? AND id = ?", (session_id, turn_id)).fetchone())
-            self._event(db, session_id, turn_id, events.TURN_STARTED, events.turn_started(turn))
-            self._append(db, session_id, turn_id, Message(role="user", text=user_text, images=images or []))
+            return self._start_turn(db, session_id, user_text, mode, images)
+
+    def _start_turn(
+        self, db: sqlite3.Connection, session_id: str, user_text: str, mode: TurnMode,
+        images: list[ImageReference] | None = None, message_id: str | None = None,
+    ) -> TurnRecord:
+        """`start_turn` inside the caller's transaction."""
+        seq = db.execute("SELECT COUNT(*) FROM turns WHERE session_id = ?", (session_id,)).fetchone()[0] + 1
+        turn_id = f"turn-{seq}"
+        settings = db.execute("SELECT settings FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        db.execute(
+            "INSERT INTO turns (session_id, id, seq, status, user_text, started_at, mode, settings)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (session_id, turn_id, seq, TurnStatus.RUNNING.value, user_text, time.time(), mode.value,
+             settings["settings"] if settings and settings["settings"] else "{}"),
+        )
+        turn = self._turn(db.execute("SELECT * FROM turns WHERE session_id = ? AND id = ?", (session_id, turn_id)).fetchone())
+        self._event(db, session_id, turn_id, events.TURN_STARTED, events.turn_started(turn))
+        self._append(db, session_id, turn_id, Message(role="user", text=user_text, images=images or []), message_id)
         return turn
+
+    def start_queued_turn(self, session_id: str) -> TurnRecord | None:
+        """The oldest queued message starts a turn (one transaction: it starts exactly once); None
+        when a turn runs or nothing is queued. A planning message starts a planning turn, and so
+        does a message about a draft plan (it revises it)."""
+        with self._tx() as db:
+            if self._running(db, session_id):
+                return None
+            row = db.execute(
+                "SELECT * FROM queued_messages WHERE session_id = ? AND status = ? ORDER BY seq LIMIT 1", (session_id, QUEUED)
+            ).fetchone()
+            if row is None:
+                return None
+            plan = db.execute("SELECT plan_status FROM sessions WHERE id = ?", (session_id,)).fetchone()
+            draft = plan is not None and plan["plan_status"] == PlanStatus.DRAFT.value
+            mode = TurnMode.PLANNING if draft or row["mode"] == TurnMode.PLANNING.value else TurnMode.CHAT
+            turn = self._start_turn(db, session_id, row["text"], mode, message_id=row["id"])
+            db.execute("UPDATE queued_messages SET status = ?, turn_id = ? WHERE id = ?", (STARTED, turn.id, row["id"]))
+            self._event(db, session_id, turn.id, events.QUEUE, events.queued(row["id"], row["text"], STARTED))
+        return turn
+
+    def start_plan_execution(self, session_id: str) -> TurnRecord | None:
+        """An approval of the current draft plan (an `execute_plan` control) starts its executing
+        turn, in one transaction (approvals of replaced revisions are settled unused); None when a
+        turn runs or no approval waits. `dex-agent serve` runs it after the queued messages."""
+        with self._tx() as db:
+            if self._running(db, session_id):
+                return None
+            rows = db.execute(
+                "SELECT * FROM controls WHERE session_id = ? AND turn_id IS NULL AND kind = ? AND applied_at IS NULL ORDER BY id",
+                (session_id, ControlKind.EXECUTE_PLAN.value),
+            ).fetchall()
+            if not rows:
+                return None
+            plan = db.execute("SELECT plan, plan_revision, plan_status FROM sessions WHERE id = ?", (session_id,)).fetchone()
+            chosen = None
+            for row in rows:
+                control = self._control(row)
+                if chosen is None and plan["plan_status"] == PlanStatus.DRAFT.value and control.revision == plan["plan_revision"]:
+                    chosen = control
+                db.execute("UPDATE controls SET applied_at = ? WHERE id = ?", (time.time(), control.id))
+                self._event(db, session_id, None, events.CONTROL, events.control(control, applied=True))
+            if chosen is None:
+                return None
+            revision = int(plan["plan_revision"])
+            db.execute("UPDATE sessions SET plan_status = ? WHERE id = ?", (PlanStatus.ACTIVE.value, session_id))
+            todos = json.loads(plan["plan"]) if plan["plan"] else None
+            self._event(db, session_id, None, events.PLAN, events.plan(revision, PlanStatus.ACTIVE.value, todos))
+            return self._start_turn(db, session_id, texts.plan_approved(revision), TurnMode.EXECUTING)
+
+    @staticmethod
+    def _running(db: sqlite3.Connection, session_id: str) -> bool:
+        return db.execute(
+            "SELECT 1 FROM turns WHERE session_id = ? AND status = ? LIMIT 1", (session_id, TurnStatus.RUNNING.value)
+        ).fetchone() is not None
 
     def unfinished_turn(self, session_id: str) -> TurnRecord | None:
         return self.running_turn(session_id)

@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import TextIO
+from typing import Any, TextIO
 
 import anyio
 
 from ..approvals.gate import ApprovalCard, Decision, time_left
+from ..domain.forms import FormError, check_form, field_value, form_fields
 from ..domain.plan import shown_plan
 from ..domain.records import ApprovalStatus, CallStatus, ToolCallRecord, TurnRecord, TurnStatus, UsageRecord
 from ..domain.safe_text import arguments_view, terminal_text
@@ -209,6 +210,54 @@ class Console(LoopEvents):
                 self.say("  please pick one of the choices")
 
 
+    async def ask_form(self, question: str, schema: dict[str, Any]) -> dict[str, Any] | None:
+        """An upstream's form, one field at a time, each value checked against its part of the
+        schema (asked again when it does not fit): an empty line skips an optional field and
+        declines the form on a required one."""
+        fields = form_fields(schema)
+        async with self._lock:
+            self.say(f"  ? {terminal_text(question, 1000)}")
+            self.say("    (a form: an empty line skips an optional field, and declines on a required one)")
+            content: dict[str, Any] = {}
+            for field in fields:
+                label = terminal_text(field.title or field.name, 200)
+                if field.description:
+                    self.say(f"    {label}: {terminal_text(field.description, 500)}")
+                for number, choice in enumerate(field.enum_titles or field.enum or [], start=1):
+                    self.say(f"    {number}. {terminal_text(choice, 200)}")
+                kind = {"boolean": "yes/no", "array": "numbers, comma-separated"}.get(field.type, field.type)
+                while True:
+                    line = await self.readline(f"  {label} ({kind}{'' if field.required else ', optional'})> ", fresh=True)
+                    if line is None and self.others_can_answer:
+                        self.say("  (no answer on stdin: waiting for the web page / HTTP API or the deadline)")
+                        await anyio.sleep_forever()
+                    if line is None or not line.strip():
+                        if field.required or line is None:
+                            return None
+                        break
+                    try:
+                        value = field_value(field, line)
+                    except FormError as exc:
+                        self.say(f"  {terminal_text(str(exc), 300)}")
+                        continue
+                    one = {"type": "object", "properties": {field.name: schema["properties"][field.name]}}
+                    if (problem := check_form(one, {field.name: value})) is not None:
+                        self.say(f"  {terminal_text(problem, 300)}")
+                        continue
+                    content[field.name] = value
+                    break
+            if not any(f.required for f in fields):
+                # Nothing had to be typed (an empty form: a yes/no question, such as the gateway's
+                # approval of a call): sending it is a decision of its own, never a default.
+                line = await self.readline("  send this answer (accept)? [y/N]> ", fresh=True)
+                if line is None and self.others_can_answer:
+                    self.say("  (no answer on stdin: waiting for the web page / HTTP API or the deadline)")
+                    await anyio.sleep_forever()
+                if line is None or line.strip().lower() not in ("y", "yes"):
+                    return None
+            return content
+
+
 def _revision(result_text: str | None) -> int:
     try:
         return int(json.loads(result_text or "{}").get("revision", 0))
@@ -224,3 +273,6 @@ class ConsoleQuestioner:
 
     async def ask(self, question: str, choices: list[str] | None, allows_free_text: bool) -> str | None:
         return await self._console.ask_question(question, choices, allows_free_text)
+
+    async def ask_form(self, question: str, schema: dict[str, Any]) -> dict[str, Any] | None:
+        return await self._console.ask_form(question, schema)

@@ -16,6 +16,7 @@ from ..models.base import Message, ModelRequest, ToolSpec
 from ..store.session_store import SessionStore
 
 BYTES_PER_TOKEN = 3  # errs high for English text, as the seed's estimateTextTokens
+IMAGE_TOKENS = 1600  # each image a message shows the model (the seeds' estimatedImageInputTokens)
 
 
 def estimate_tokens(text: str) -> int:
@@ -24,7 +25,7 @@ def estimate_tokens(text: str) -> int:
 
 def message_tokens(message: Message) -> int:
     calls = "".join(c.name + texts.as_json(c.arguments) for c in message.tool_calls)
-    return estimate_tokens(message.text + calls) + 4
+    return estimate_tokens(message.text + calls) + 4 + IMAGE_TOKENS * len(message.images)
 
 
 def request_tokens(request: ModelRequest) -> int:

@@ -28,16 +28,17 @@ from ..domain.records import CallStatus, PlanStatus, ToolCallRecord, TurnMode, T
 from ..domain.settings import SessionSettings, apply_policy
 from ..domain.spend import limit_reached
 from ..gateway_client.images import ImageLibrary, ImageReference
-from ..gateway_client.tools import GatewayTool, GatewayUnavailable
+from ..gateway_client.tools import GatewayRefused, GatewayTool, GatewayUnavailable
 from ..models.base import Message, ModelClient, ModelError, ModelRequest, ModelResponse, ToolCall, ToolSpec
 from ..store.session_store import SessionStore
 from .builtins import DEFINITIONS as BUILTIN_DEFINITIONS
-from .builtins import WRITE_TODOS, Builtins
+from .builtins import RESOURCE_TOOLS, WRITE_TODOS, Builtins
 from .compaction import Compactor, Request
 from .continuation import MAX_CONSECUTIVE_CONTINUATIONS, ContinuationContext, ContinuationError, ContinueTurn, Hook, decide
 from .continuation import load_hook, results_of
 from .events import LoopEvents, ToolSource
 from .tool_runner import ToolRunner
+from .tracing import Tracing
 from .turn_control import POLL_SECONDS, Section, TurnControl
 from .validation import check_arguments
 
@@ -57,10 +58,16 @@ __all__ = ["AgentConfig", "LoopEvents", "ToolSource", "TurnLoop", "idempotency_k
 class AgentConfig(BaseModel):
     instructions: str = DEFAULT_INSTRUCTIONS
     max_model_calls: int = Field(default=100, ge=1)
-    builtin_tools: list[str] = Field(default_factory=lambda: list(BUILTIN_DEFINITIONS))
+    # The mcp_* resource and prompt tools are offered only when the host has a resource reader.
+    builtin_tools: list[str] = Field(default_factory=lambda: [*BUILTIN_DEFINITIONS, *RESOURCE_TOOLS])
     # `module:function`, called at the end of each iteration (`continuation.py`).
     continuation_hook: str | None = None
     control_poll_seconds: float = POLL_SECONDS
+    # A gateway listing that fails or takes longer offers no tools in that model call (a warning).
+    listing_timeout_seconds: float = Field(default=10.0, gt=0)
+    # Stored messages a compaction summarized are deleted once this many newer ones are stored
+    # (None keeps every message); applied at the end of each turn.
+    retained_message_limit: int | None = Field(default=1000, ge=1)
 
 
 def idempotency_key(session_id: str, turn_id: str, tool_call_id: str) -> str:
@@ -101,14 +108,17 @@ class TurnLoop:
         models: Callable[[str], ModelClient] | None = None,
         continuation: Hook | None = None,
         images: ImageLibrary | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self._store = store
+        self._tracing = tracing or Tracing()
         self._model = model
         self._models = models  # resolves a session's `model` setting to a client
         self._tools = tools
         self._config = config or AgentConfig()
         self._events = events or LoopEvents()
-        self._runner = ToolRunner(store, tools, approvals, builtins, self._events)
+        self._builtins = builtins
+        self._runner = ToolRunner(store, tools, approvals, builtins, self._events, self._tracing)
         self._compactor = Compactor(store, self._events)
         hook_spec = self._config.continuation_hook
         self._hook = continuation or (load_hook(hook_spec) if hook_spec else None)
@@ -139,22 +149,36 @@ class TurnLoop:
 
     async def _drive(self, turn: TurnRecord) -> TurnRecord:
         control = TurnControl(self._store, turn, self._config.control_poll_seconds)
-        await control.check()
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(control.watch)
-            try:
-                turn = await self._steps(turn, control)
-            finally:
-                tg.cancel_scope.cancel()
+        with self._tracing.invoke_agent(turn) as span:
+            await control.check()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(control.watch)
+                try:
+                    turn = await self._steps(turn, control)
+                finally:
+                    tg.cancel_scope.cancel()
+            Tracing.ended(span, turn.status.value, turn.error if turn.status is TurnStatus.FAILED else None)
         await control.settle()
         session_usage = await self._store.usage_totals(turn.session_id)
         await self._events.turn_finished(turn, await self._store.usage_totals(turn.session_id, turn.id), session_usage)
         return turn
 
     async def _finish(self, turn: TurnRecord, status: TurnStatus, final_text: str | None, error: str | None) -> bool:
-        return await self._store.finish_turn(
+        if status is TurnStatus.FAILED:
+            # A failed turn whose tools ran leaves a note, so a later model call does not repeat them.
+            calls = await self._store.tool_calls(turn.session_id, turn.id)
+            if any(c.status.final for c in calls):
+                note = texts.turn_failed_note(error or "unknown error")
+                await self._store.append_message(turn.session_id, turn.id, Message(role="user", text=note))
+        finished = await self._store.finish_turn(
             turn.session_id, turn.id, status, final_text, error, unless_steered=status is TurnStatus.COMPLETED
         )
+        if finished and self._config.retained_message_limit is not None:
+            deleted = await self._store.apply_retention(turn.session_id, self._config.retained_message_limit)
+            if deleted:
+                log.info("session %s: %d summarized messages deleted (retained message limit %d)",
+                         turn.session_id, deleted, self._config.retained_message_limit)
+        return finished
 
     async def _steps(self, turn: TurnRecord, control: TurnControl) -> TurnRecord:
         while True:
@@ -230,14 +254,14 @@ class TurnLoop:
     async def _offered_tools(
         self, with_tools: bool, mode: TurnMode, settings: SessionSettings
     ) -> tuple[list[ToolSpec], dict[str, GatewayTool]]:
-        """The tools of this model call; GatewayUnavailable when the gateway cannot list them. A
+        """The tools of this model call (none from the gateway when it cannot list them: `_listed`). A
         planning turn is offered only write_todos, and lists nothing from the gateway."""
         if not with_tools:
             return [], {}
         if mode is TurnMode.PLANNING:
             return [BUILTIN_DEFINITIONS[WRITE_TODOS]], {}
-        listed = await self._tools.list_tools()
-        builtins = [BUILTIN_DEFINITIONS[name] for name in self._config.builtin_tools]
+        listed = await self._listed()
+        builtins = [spec for name in self._config.builtin_tools if (spec := self._builtins.spec(name)) is not None]
         reserved = {b.name for b in builtins}
         gateway: dict[str, GatewayTool] = {}
         for tool in listed:
@@ -248,6 +272,20 @@ class TurnLoop:
             gateway[tool.name] = tool.model_copy(update={"effect": effect, "requires_approval": approval})
         specs = [ToolSpec(name=t.name, description=t.description, input_schema=t.input_schema) for t in gateway.values()]
         return specs + builtins, gateway
+
+    async def _listed(self) -> list[GatewayTool]:
+        """The gateway's tools; none, with a warning, when the listing fails or takes longer than
+        the listing timeout (a down gateway never fails a turn; a refused token does)."""
+        try:
+            with anyio.fail_after(self._config.listing_timeout_seconds):
+                return await self._tools.list_tools()
+        except GatewayRefused:
+            raise
+        except GatewayUnavailable as exc:
+            log.warning(texts.listing_failed(str(exc)))
+        except TimeoutError:
+            log.warning(texts.listing_failed(texts.listing_timed_out(self._config.listing_timeout_seconds)))
+        return []
 
     async def _model_step(self, turn: TurnRecord, control: TurnControl) -> None:
         steered = await self._store.apply_steers(turn.session_id, turn.id)
@@ -264,8 +302,8 @@ class TurnLoop:
         # The last allowed model call is offered no tools, so the model has to answer.
         try:
             specs, gateway = await self._offered_tools(number < self._config.max_model_calls, turn.mode, settings)
-        except GatewayUnavailable as exc:
-            # The gateway is the only tool source: a turn without it would answer blind.
+        except GatewayRefused as exc:
+            # A refused token is the user's to fix: no turn can reach the tools until then.
             self.gateway_error = exc
             await self._finish(turn, TurnStatus.FAILED, None, str(exc))
             return
@@ -273,7 +311,7 @@ class TurnLoop:
         model = self._model_for(settings)
         session = await self._store.get_session(turn.session_id)
         assert session is not None
-        wanted = Request(turn, plan_note(session, turn.mode), self._config.instructions, specs, settings.temperature, settings.max_tokens)
+        wanted = Request(turn, plan_note(session, turn.mode), settings.instructions or self._config.instructions, specs, settings.temperature, settings.max_tokens)
         try:
             request = await self._compactor.request(wanted, settings, model, control)
             if request is not None and self._images is not None:
@@ -305,8 +343,12 @@ class TurnLoop:
                 await deltas.add(chunk)
 
             try:
-                with control.scope(Section.MODEL) as scope:
-                    response = await model.complete(request, on_text=on_text)
+                with self._tracing.chat(model.name, turn) as span:
+                    with control.scope(Section.MODEL) as scope:
+                        response = await model.complete(request, on_text=on_text)
+                        span.set_attribute("gen_ai.usage.input_tokens", response.usage.input_tokens)
+                        span.set_attribute("gen_ai.usage.output_tokens", response.usage.output_tokens)
+                    Tracing.ended(span, "cancelled" if scope.cancelled_caught else "answered")
                 await deltas.flush()
                 return None if scope.cancelled_caught else response
             except ModelError:
@@ -340,8 +382,9 @@ class TurnLoop:
         status, text = CallStatus.PENDING, None
         kind, effect, approval = "unknown", "unclassified", False
         schema: dict[str, Any] | None = None
-        if call.name in self._config.builtin_tools:
-            kind, effect, schema = "builtin", "read", BUILTIN_DEFINITIONS[call.name].input_schema
+        builtin = self._builtins.spec(call.name) if call.name in self._config.builtin_tools else None
+        if builtin is not None:
+            kind, effect, schema = "builtin", "read", builtin.input_schema
         elif call.name in gateway:
             tool = gateway[call.name]
             kind, effect, approval, schema = "gateway", tool.effect.value, tool.requires_approval, tool.input_schema

@@ -9,17 +9,22 @@ its request may have left) is never in a cancellable scope and runs to its recor
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from functools import partial
+
 import anyio
 
 from gateway.conventions.keys import Effect
 
 from ..approvals.gate import ApprovalGate
-from ..domain import texts
+from ..domain import session_events, texts
+from ..domain.parking import TurnParked
 from ..domain.records import ApprovalStatus, CallStatus, CancelReason, ToolCallRecord
 from ..gateway_client.tools import CallRequest, CallResult, PriorAttempts
 from ..store.session_store import SessionStore
 from .builtins import WRITE_TODOS, Builtins
 from .events import LoopEvents, ToolSource
+from .tracing import Tracing
 from .turn_control import Section, TurnControl
 
 _CANCELLED_TEXTS = {
@@ -30,9 +35,11 @@ _CANCELLED_TEXTS = {
 
 class ToolRunner:
     def __init__(
-        self, store: SessionStore, tools: ToolSource, approvals: ApprovalGate, builtins: Builtins, events: LoopEvents
+        self, store: SessionStore, tools: ToolSource, approvals: ApprovalGate, builtins: Builtins, events: LoopEvents,
+        tracing: Tracing | None = None,
     ) -> None:
         self._store = store
+        self._tracing = tracing or Tracing()
         self._tools = tools
         self._approvals = approvals
         self._builtins = builtins
@@ -44,11 +51,22 @@ class ToolRunner:
     async def run(self, calls: list[ToolCallRecord], control: TurnControl) -> None:
         """Reads (and built-ins) in parallel; writes one at a time in the model's order."""
         writes = sorted((c for c in calls if c.is_write), key=lambda c: c.position)
+        parked: list[TurnParked] = []
+
+        async def parkable(step: Callable[[], Awaitable[object]]) -> None:
+            # A parked wait stops its own step only; the others (a started write) run to their end.
+            try:
+                await step()
+            except TurnParked as exc:
+                parked.append(exc)
+
         async with anyio.create_task_group() as tg:
             for call in calls:
                 if not call.is_write and not call.status.final:
-                    tg.start_soon(self._run_call, call, control)
-            tg.start_soon(self._run_writes, writes, control)
+                    tg.start_soon(parkable, partial(self._run_call, call, control))
+            tg.start_soon(parkable, partial(self._run_writes, writes, control))
+        if parked:
+            raise parked[0]
 
     async def _run_writes(self, writes: list[ToolCallRecord], control: TurnControl) -> None:
         blocker: ToolCallRecord | None = None
@@ -83,6 +101,13 @@ class ToolRunner:
         return CancelReason.TURN_CANCELLED if control.cancelled else CancelReason.STEERED
 
     async def _run_call(self, record: ToolCallRecord, control: TurnControl) -> ToolCallRecord:
+        with self._tracing.execute_tool(record) as span:
+            record = await self._execute(record, control)
+            failed = record.status in (CallStatus.FAILED, CallStatus.OUTCOME_UNKNOWN)
+            Tracing.ended(span, record.status.value, (record.result_text or record.status.value) if failed else None)
+            return record
+
+    async def _execute(self, record: ToolCallRecord, control: TurnControl) -> ToolCallRecord:
         reason = None if record.status is CallStatus.SENT else await control.not_started_reason()
         if reason is not None:
             return await self.cancel(record, reason)
@@ -118,7 +143,23 @@ class ToolRunner:
                 if (reason := await control.not_started_reason()) is not None:
                     return await self.cancel(record, reason)
             if record.is_write:
-                result = await self._call_gateway(record)  # never cancelled by the turn: runs to its recorded end
+                # Never cancelled by the turn, runs to its recorded end; but a long-running task
+                # it started is abandoned by cancel_turn (outcome unknown, the task cancelled).
+                abandon = anyio.CancelScope()
+
+                async def on_task() -> None:
+                    control.abandon_on_cancel(abandon)
+
+                with abandon:
+                    result = await self._call_gateway(record, on_task)
+                control.forget(abandon)
+                if abandon.cancelled_caught:
+                    record = await self._store.update_tool_call(
+                        await self._reload(record), status=CallStatus.OUTCOME_UNKNOWN, result_text=texts.TASK_ABANDONED,
+                        cancel_reason=CancelReason.TURN_CANCELLED,
+                    )
+                    await self._events.tool_finished(record, False)
+                    return record
             else:
                 with control.scope(Section.READ) as scope:
                     result = await self._call_gateway(record)
@@ -135,7 +176,7 @@ class ToolRunner:
     async def _reload(self, record: ToolCallRecord) -> ToolCallRecord:
         return await self._store.get_tool_call(record.session_id, record.id)
 
-    async def _call_gateway(self, record: ToolCallRecord) -> CallResult:
+    async def _call_gateway(self, record: ToolCallRecord, on_task: Callable[[], Awaitable[None]] | None = None) -> CallResult:
         """One gateway call, with what the store knows of its earlier attempts."""
         ident = (record.session_id, record.id)
         prior = PriorAttempts()
@@ -147,7 +188,10 @@ class ToolRunner:
             await self._store.update_tool_call(record, status=CallStatus.SENT, attempts=attempt)
 
         async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            data = session_events.tool_progress(record, progress, total, message)
+            await self._store.append_event(record.session_id, record.turn_id, session_events.TOOL_PROGRESS, data)
             await self._events.tool_progress(record, progress, total, message)
 
-        request = CallRequest(record.name, record.arguments, record.idempotency_key, Effect(record.effect), prior)
+        request = CallRequest(record.name, record.arguments, record.idempotency_key, Effect(record.effect), prior,
+                              ask_form=self._builtins.form_asker(record), on_task=on_task)
         return await self._tools.call(request, on_attempt, on_progress)

@@ -9,6 +9,9 @@ the turn runs:
   (best effort: a read has no effect to lose). A call that has not started is not sent. A write
   that has started (its attempt is committed) runs to its recorded end: it is never inside a
   cancellable scope. The turn then ends `cancelled`, with the reason.
+* A started **long-running write task** is abandoned by cancel_turn instead of awaited: the
+  write's scope is handed over (`abandon_on_cancel`) once its task exists, the call records
+  `outcome_unknown`, and the task is cancelled upstream (`tasks/cancel`, best effort).
 * **steer** ends the waits only: a model call or a tool call that started runs to its end, the
   calls not started are not sent, and the message is added to the turn before its next model call.
 
@@ -47,6 +50,7 @@ class TurnControl:
         self.turn_id = turn.id
         self._poll = poll_seconds
         self._scopes: list[tuple[Section, anyio.CancelScope]] = []
+        self._tasks: list[anyio.CancelScope] = []  # started write tasks, abandoned by cancel_turn
         self.cancel_reason: str | None = None
         self._steering = False
 
@@ -75,6 +79,17 @@ class TurnControl:
             return CancelReason.STEERED
         return None
 
+    def abandon_on_cancel(self, scope: anyio.CancelScope) -> None:
+        """A started write's task exists: cancel_turn (now, or already) abandons it."""
+        if self.cancelled:
+            scope.cancel()
+        else:
+            self._tasks.append(scope)
+
+    def forget(self, scope: anyio.CancelScope) -> None:
+        if scope in self._tasks:
+            self._tasks.remove(scope)
+
     def _cancel(self, sections: set[Section]) -> None:
         for section, scope in list(self._scopes):
             if section in sections:
@@ -89,6 +104,11 @@ class TurnControl:
             first = cancels[0]
             self.cancel_reason = texts.turn_cancelled_reason(first.source, first.text)
             self._cancel(set(Section))
+            # Questions an upstream asks during a started write end now too (the upstream gets
+            # `cancel`), so the write can reach its end.
+            await self._store.cancel_waits(self.session_id, self.turn_id, CancelReason.TURN_CANCELLED.value)
+            for scope in list(self._tasks):
+                scope.cancel()
         elif self._steering:
             self._cancel({Section.WAIT})
 

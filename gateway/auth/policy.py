@@ -2,6 +2,8 @@
 
     Policy.denial(identity, tool, upstream, arguments)   per call, before the fence claims anything:
                                                          the rule that denies it, or None
+    Policy.approval(identity, tool, upstream, arguments) per call: the `require_approval` rule that
+                                                         holds it for a person (docs/approvals.md), or None
     Policy.hides(identity, tool, upstream)               per listing: a rule that does not read
                                                          `arguments` and denies this caller the tool
     Policy.listing_key(identity)                         what those decisions depend on (the
@@ -69,12 +71,21 @@ class Policy:
 
     def __init__(self, config: PolicyConfig) -> None:
         self._rules = tuple(_rule(r) for r in config.rules if r.effect == "deny")
+        self._approval_rules = tuple(_rule(r) for r in config.rules if r.effect == "require_approval")
         self._static = tuple(r for r in self._rules if not r.reads_arguments)
         self._key_parts = _key_parts(self._static)
 
     @property
     def enabled(self) -> bool:
         return bool(self._rules)
+
+    def approval(self, identity: Identity, tool: str, upstream: str | None, arguments: Mapping[str, Any]) -> Denial | None:
+        """The first `require_approval` rule that holds this call for a person's decision, or None.
+        A rule that cannot be evaluated for the call holds it too (fail closed: reason "error")."""
+        rules = [r for r in self._approval_rules if r.applies(identity.principal, tool)]
+        if not rules:
+            return None
+        return _first_denial(rules, identity, tool, upstream, arguments)
 
     def denial(self, identity: Identity, tool: str, upstream: str | None, arguments: Mapping[str, Any]) -> Denial | None:
         """The first rule that denies this call, or None."""

@@ -34,6 +34,9 @@ class Identity:
     scopes: frozenset[str] = frozenset()
     expires_at: float | None = None
     token: str | None = field(default=None, repr=False, compare=False)
+    # Who approves this caller's calls that need approval (docs/approvals.md): "client" trusts the
+    # client's own approval channel, "gateway" holds them for a person's decision.
+    approvals: str = "client"
 
 
 ANONYMOUS_IDENTITY = Identity(ANONYMOUS)

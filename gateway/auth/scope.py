@@ -28,11 +28,11 @@ from typing import Any
 from cachetools import LRUCache
 
 from ..config.model import AuthConfig, TokenConfig
-from ..config.oauth import ClaimGrantConfig, ScopeGrantConfig
+from ..config.oauth import ClaimGrantConfig, OAuthConfig, ScopeGrantConfig
 from .oauth.verifier import claim_at
 from .principals import Identity
 
-__all__ = ["ClaimGrants", "PrincipalScope"]
+__all__ = ["ClaimGrants", "PrincipalScope", "oauth_approvals", "oauth_approver"]
 
 _NOTHING = re.compile(r"(?!)")
 
@@ -121,6 +121,21 @@ class ClaimGrants:
                 parts = [self._default]
             compiled = self._compiled[chosen] = _union(parts, key=("<claims>", *map(str, chosen)))
         return compiled
+
+
+def oauth_approvals(config: OAuthConfig, claims: Mapping[str, Any]) -> str:
+    """An OAuth principal's approvals mode: `auth.oauth.approvals`, or "gateway" when a grant that
+    says so matches its claims (docs/approvals.md)."""
+    if config.approvals == "gateway" or any(
+        g.approvals == "gateway" and _meets(claims, g.when) for g in config.grants or ()
+    ):
+        return "gateway"
+    return "client"
+
+
+def oauth_approver(config: OAuthConfig, claims: Mapping[str, Any]) -> bool:
+    """Whether an OAuth identity may decide held calls: its claims meet `auth.oauth.approvers`."""
+    return config.approvers is not None and _meets(claims, config.approvers)
 
 
 def _meets(claims: Mapping[str, Any], when: Mapping[str, list[str]]) -> bool:

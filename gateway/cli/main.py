@@ -1,4 +1,4 @@
-"""`dex-gateway`: serve, tools, check, connectors validate, tasks list|show|cancel, fences stats|show|purge."""
+"""`dex-gateway`: serve, tools [review], check, connectors validate, tasks list|show|cancel, approvals list|decide, fences stats|show|purge."""
 
 from __future__ import annotations
 
@@ -24,6 +24,8 @@ from ..errors import ConfigError, RequestError
 from ..pipeline.discovery import MAX_LIMIT, build_index, parse_search, search_routes
 from ..pipeline.tool_search import load_embedder
 from ..tasks import admin as tasks_admin
+from ..approvals import cli as approvals_cli
+from ..pins import cli as pins_cli
 
 if TYPE_CHECKING:
     from ..fences import FenceRecord, FenceStore
@@ -71,7 +73,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--replica-id", help=argparse.SUPPRESS)
     serve.set_defaults(run=_serve)
 
-    tools = sub.add_parser("tools", help="print the aggregated tools with effect and approval")
+    tools = sub.add_parser("tools", help="print the aggregated tools with effect and approval; `tools review`")
     _config_arg(tools)
     tools.add_argument("--json", action="store_true", help="machine-readable output")
     tools.set_defaults(run=_tools)
@@ -84,6 +86,8 @@ def _parser() -> argparse.ArgumentParser:
     search.add_argument("--effect", help="only tools with this effect (read, idempotent_write, ...)")
     search.add_argument("--upstream", help="only tools of this upstream")
     search.set_defaults(run=_tools_search)
+    review = tsub.add_parser("review", help="tool definitions awaiting review (pinning): diff, accept, reject")
+    pins_cli.configure_parser(review)
 
     check = sub.add_parser("check", help="check an MCP server against the Dex conventions")
     check_cli.configure_parser(check)
@@ -97,6 +101,9 @@ def _parser() -> argparse.ArgumentParser:
 
     tasks = sub.add_parser("tasks", help="list, show and cancel tasks (long-running tool calls)")
     tasks_admin.configure_parser(tasks)
+
+    approvals = sub.add_parser("approvals", help="list and decide calls held for a person's decision")
+    approvals_cli.configure_parser(approvals)
 
     fences = sub.add_parser("fences", help="inspect and purge idempotency fences")
     fsub = fences.add_subparsers(dest="fences_command", required=True)

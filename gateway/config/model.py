@@ -25,7 +25,7 @@ from ..storage.media_urls import parse_media_store_url
 from .yaml_source import SourceError, SourcedDocument, dotted, expand_env, load_file, load_yaml
 
 __all__ = [
-    "CONFIG_ENV_VAR", "DEFAULT_CONFIG_PATH", "AuthConfig", "PolicyConfig", "ConnectorsConfig", "FencesConfig",
+    "CONFIG_ENV_VAR", "DEFAULT_CONFIG_PATH", "ApprovalsConfig", "ApproverTokenConfig", "AuthConfig", "PolicyConfig", "ConnectorsConfig", "FencesConfig",
     "GatewayConfig", "HttpUpstreamConfig", "MediaConfig", "OAuthConfig", "RateConfig", "RateLimitsConfig", "RootConfig",
     "DiscoveryConfig", "ServerConfig", "StdioUpstreamConfig", "TasksConfig", "TelemetryConfig", "TokenConfig",
     "TokenDiscoveryConfig",
@@ -132,6 +132,31 @@ class TokenConfig(_Strict):
     rate_limit: RateConfig | None = None
     # This principal's discovery mode (docs/discovery.md); None: the top-level `discovery.mode`.
     discovery: TokenDiscoveryConfig | None = None
+    # Who approves this principal's calls that need approval (docs/approvals.md): `client` trusts
+    # the client's own approval channel; `gateway` holds each such call for a person's decision.
+    approvals: Literal["client", "gateway"] = "client"
+
+
+class ApproverTokenConfig(_Strict):
+    """A person (or the console they use) who decides held calls on /admin/approvals."""
+
+    name: str = Field(min_length=1, max_length=100)
+    token_sha256: str = Field(pattern=r"^[0-9a-fA-F]{64}$")
+
+
+class ApprovalsConfig(_Strict):
+    """Held calls (docs/approvals.md): stored in the fences' database."""
+
+    # A held call not decided within this long is rejected ("approval deadline passed").
+    deadline_seconds: float = Field(600.0, gt=0)
+    # A client that cannot be asked waits this long for an approver's decision, then is answered
+    # (nothing ran) and sends the call again with the same key; a task waits until the deadline.
+    wait_seconds: float = Field(30.0, ge=0)
+    # How often a waiting call looks for a decision in the database (any replica may record it).
+    poll_seconds: float = Field(0.2, gt=0, le=10)
+    # Approvals are deleted this long after their deadline (decided or not); a retry with the same
+    # key after that is a new call that asks again. Swept every fences.sweep_interval_seconds.
+    retention_hours: float = Field(168.0, gt=0)
 
 
 class AuthConfig(_Strict):
@@ -139,6 +164,8 @@ class AuthConfig(_Strict):
     admin_token_sha256: str | None = Field(None, pattern=r"^[0-9a-fA-F]{64}$")
     # The gateway as an OAuth 2.1 resource server (gateway/config/oauth.py, docs/auth.md).
     oauth: OAuthConfig | None = None
+    # Who may decide held calls (never an agent token): docs/approvals.md.
+    approver_tokens: list[ApproverTokenConfig] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _unique_principals(self) -> "AuthConfig":
@@ -209,6 +236,9 @@ class _UpstreamBase(_Strict):
     max_queued_notifications: int = Field(256, ge=1)
     # How the gateway authenticates to the upstream (gateway/config/upstream_auth.py).
     auth: UpstreamAuthConfig = Field(default_factory=UpstreamAuthConfig)
+    # A tool whose definition changes after it was pinned (gateway/pins/, docs/pinning.md): "warn"
+    # lists it, logs and counts it; "hold" withholds it (and new tools) until an operator accepts it.
+    pinning: Literal["off", "warn", "hold"] = "warn"
 
     @field_validator("name")
     @classmethod
@@ -374,6 +404,8 @@ class GatewayConfig(_Strict):
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     # Search-based tool discovery (docs/discovery.md).
     discovery: DiscoveryConfig = Field(default_factory=DiscoveryConfig)
+    # Calls held for a person's decision (docs/approvals.md).
+    approvals: ApprovalsConfig = Field(default_factory=ApprovalsConfig)
 
     @field_validator("auth", mode="before")
     @classmethod
@@ -446,6 +478,26 @@ class GatewayConfig(_Strict):
                 raise _PathedError(("policy", "rules", i, "name"),
                                    f"duplicate rule name {rule.name!r} (also policy.rules.{first[rule.name]})")
             first[rule.name] = i
+        return self
+
+    @model_validator(mode="after")
+    def _approvers_are_not_agents(self) -> "GatewayConfig":
+        # An approver token is never an agent token: a calling principal could approve its own calls.
+        agents = {t.token_sha256.lower() for t in self.auth.tokens}
+        names: set[str] = set()
+        for i, a in enumerate(self.auth.approver_tokens):
+            if a.token_sha256.lower() in agents:
+                raise _PathedError(("auth", "approver_tokens", i, "token_sha256"),
+                                   "an approver token is never an agent token: this token_sha256 is also in "
+                                   "auth.tokens (a calling principal could approve its own calls)")
+            admin = self.auth.admin_token_sha256
+            if admin is not None and a.token_sha256.lower() == admin.lower():
+                raise _PathedError(("auth", "approver_tokens", i, "token_sha256"),
+                                   "this is the admin token, which may decide approvals already; give each "
+                                   "approver a token of its own")
+            if a.name in names:
+                raise _PathedError(("auth", "approver_tokens", i, "name"), f"duplicate approver name {a.name!r}")
+            names.add(a.name)
         return self
 
     @model_validator(mode="after")

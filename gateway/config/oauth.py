@@ -8,7 +8,7 @@ principal may reach comes from its claims (`grants`), with the scope kinds of `a
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Literal, Annotated
 from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -106,6 +106,9 @@ class ClaimGrantConfig(ScopeGrantConfig):
     claim that is a list matches on any element; the `scope` claim is split at spaces."""
 
     when: dict[str, list[str]] = Field(min_length=1)
+    # `gateway`: the principals this grant matches have their calls that need approval held at the
+    # gateway (docs/approvals.md), whatever `auth.oauth.approvals` says.
+    approvals: Literal["gateway"] | None = None
 
     @field_validator("when")
     @classmethod
@@ -139,6 +142,12 @@ class OAuthConfig(_Strict):
     # scope keys). Present: the union of the matching grants; none matching: `default`, else nothing.
     grants: list[ClaimGrantConfig] | None = None
     default: ScopeGrantConfig | None = None
+    # Who approves OAuth principals' calls that need approval (docs/approvals.md): `client` or
+    # `gateway` for every OAuth principal; a grant may set `gateway` for the principals it matches.
+    approvals: Literal["client", "gateway"] = "client"
+    # OAuth identities that may decide held calls on /admin/approvals (docs/approvals.md): those whose
+    # claims meet this (each named claim has one of the listed values, as a grant's `when`). None: none.
+    approvers: dict[str, list[str]] | None = Field(None, min_length=1)
 
     @field_validator("algorithms")
     @classmethod

@@ -6,12 +6,13 @@
           tools: ["billing__refund"]      # exposed-name globs (optional: every tool)
           principals: ["agent-*"]         # principal globs (optional: every principal)
           when: "arguments.amount > 5000" # a CEL condition (optional: always)
-          effect: deny                    # deny; require_approval is reserved (refused at load for now)
+          effect: deny                    # deny, or require_approval (held for a person: docs/approvals.md)
           message: "refunds over 5,000 need finance"   # for the log; a denied caller sees an unknown tool
 
 The rules are global; a rule limited to some principals names them in `principals` or tests
 `principal`, `claims` or `scopes` in `when`. A rule matches when every condition it has holds; one
-matching `deny` rule refuses the call.
+matching `deny` rule refuses the call; a matching `require_approval` rule holds it for a person's
+decision at the gateway (docs/approvals.md).
 """
 
 from __future__ import annotations
@@ -23,13 +24,7 @@ from pydantic import Field, field_validator, model_validator
 from .expressions import ExpressionError, compile_condition
 from .strict import Strict
 
-__all__ = ["PolicyConfig", "PolicyRuleConfig", "REQUIRE_APPROVAL_NOT_AVAILABLE"]
-
-REQUIRE_APPROVAL_NOT_AVAILABLE = (
-    "effect 'require_approval' is not available yet: holding a call for a person's decision comes with "
-    "the gateway's enforced approvals; until then this configuration is refused rather than run without "
-    "the approval. Use 'deny', or remove the rule"
-)
+__all__ = ["PolicyConfig", "PolicyRuleConfig"]
 
 
 class PolicyRuleConfig(Strict):
@@ -53,13 +48,6 @@ class PolicyRuleConfig(Strict):
                 compile_condition(v)
             except ExpressionError as exc:
                 raise ValueError(str(exc)) from None
-        return v
-
-    @field_validator("effect")
-    @classmethod
-    def _available(cls, v: str) -> str:
-        if v == "require_approval":
-            raise ValueError(REQUIRE_APPROVAL_NOT_AVAILABLE)
         return v
 
     @model_validator(mode="after")

@@ -56,6 +56,10 @@ class UpstreamAuthConfig(Strict):
     max_cached_tokens: int = Field(10_000, gt=0)
     # One token request (discovery included) at most this long.
     timeout_seconds: float = Field(10.0, gt=0)
+    # token_exchange to an upstream that keeps MCP sessions: one session per caller
+    # (gateway/upstreams/caller_sessions.py), at most this many at once, each closed when idle this long.
+    max_caller_sessions: int = Field(100, gt=0)
+    caller_session_idle_seconds: float = Field(300.0, gt=0)
 
     @field_validator("client_secret_env")
     @classmethod

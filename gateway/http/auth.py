@@ -21,7 +21,7 @@ import hashlib
 import hmac
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
@@ -32,7 +32,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ..auth.oauth import OAuthVerifier
 from ..config.model import AuthConfig, TokenConfig
 from ..auth.principals import ANONYMOUS_IDENTITY, IDENTITY_SCOPE_KEY, PRINCIPAL_SCOPE_KEY, Identity
-from ..auth.scope import PrincipalScope
+from ..auth.scope import PrincipalScope, oauth_approvals, oauth_approver
 from ..errors import UNAUTHORIZED, TokenRefused
 from .asgi import Refusal, header
 
@@ -89,10 +89,12 @@ class Authenticator:
             return None
         entry = self._match(token)
         if entry is not None:
-            return Identity(entry.principal)
-        if self.verifier is None:
+            return Identity(entry.principal, approvals=entry.approvals)
+        if self.verifier is None or self.config.oauth is None:
             raise TokenRefused("the token is not one configured in auth.tokens")
-        return await self.verifier.identity(token)
+        identity = await self.verifier.identity(token)
+        approvals = oauth_approvals(self.config.oauth, identity.claims)
+        return identity if approvals == identity.approvals else replace(identity, approvals=approvals)
 
     async def admit(self, scope: Scope) -> Refusal | None:
         """The request's principal and identity into `scope` (http), or the 401 / 403 to answer.
@@ -150,6 +152,35 @@ class Authenticator:
         if token is None or expected is None:
             return False
         return hmac.compare_digest(sha256_hex(token), expected.lower())
+
+    async def approver(self, authorization: str | None) -> str | None:
+        """Who may decide held calls with this Authorization header (docs/approvals.md): the name of
+        an `auth.approver_tokens` entry, "admin" for the admin token, the principal of an OAuth
+        token whose claims meet `auth.oauth.approvers`; None for anyone else (a static agent token
+        included: an approver token is never an agent token)."""
+        token = _bearer(authorization)
+        if token is None:
+            return None
+        if self.is_admin(authorization):
+            return "admin"
+        digest = sha256_hex(token)
+        found = None
+        for entry in self.config.approver_tokens:
+            if hmac.compare_digest(digest, entry.token_sha256.lower()):
+                found = entry.name
+        oauth = self.config.oauth
+        if found is not None or oauth is None or oauth.approvers is None or self.verifier is None:
+            return found
+        if self._match(token) is not None:
+            return None
+        try:
+            identity = await self.verifier.identity(token)
+        except TokenRefused:
+            return None
+        except Exception:  # noqa: BLE001 - a check that broke refuses the token; never a 500
+            logger.exception("auth: checking an approver's bearer token failed")
+            return None
+        return identity.principal if oauth_approver(oauth, identity.claims) else None
 
     def _match(self, token: str) -> TokenConfig | None:
         if not self.config.tokens:

@@ -8,7 +8,8 @@
           (gateway/auth/policy.py): a tool out of scope or denied is answered as an unknown tool,
           before anything is claimed or sent
 
-    the tail: rate limit -> a write without a key refused -> fence (claim / replay / unknown) -> dispatch (attempts, with a
+    the tail: rate limit -> approval (a call a person must allow is held: gateway/pipeline/approval.py)
+          -> a write without a key refused -> fence (claim / replay / unknown) -> dispatch (attempts, with a
           jittered wait before each re-send) -> check the upstream result -> outcome
           -> media (images -> references) -> result size limit -> fence (store) -> Answer
 
@@ -51,6 +52,7 @@ from ..conventions.outcomes import (
 from ..errors import (
     InputNotProvided,
     InvalidResult,
+    ToolHeldForReview,
     UnknownToolError,
     UpstreamAnswerTooLarge,
     UpstreamError,
@@ -65,6 +67,7 @@ from ..media.validation import ImageRules
 from ..fences import FenceRejected, Fences, FenceUnknown, Proceed, Replay, Ticket
 from ..auth.policy import NO_POLICY, Policy
 from ..auth.principals import ANONYMOUS, Identity
+from .approval import ApprovalStage
 from .ratelimits import NO_LIMITS, RateLimits
 from ..upstreams.relay import CallRelay
 from ..auth.scope import PrincipalScope
@@ -100,6 +103,7 @@ class CallPipeline:
         limits: RateLimits = NO_LIMITS,
         parking: Parking | None = None,
         policy: Policy = NO_POLICY,
+        approvals: ApprovalStage | None = None,
     ) -> None:
         self._catalog = catalog
         self._scope = scope
@@ -115,6 +119,8 @@ class CallPipeline:
         # Questions of a handshake-era upstream asked of a 2026-07-28 client (gateway/pipeline/rounds.py).
         self._parking = parking
         self._tasks: TaskStage | None = None  # tasks on: set by add_task_stage
+        # Calls held for a person's decision before the fence (gateway/pipeline/approval.py).
+        self._approvals = approvals
 
     def add_task_stage(self, stage: TaskStage) -> None:
         """The task stage (gateway/tasks/), made after the pipeline its tasks run their calls with."""
@@ -166,14 +172,24 @@ class CallPipeline:
         if not admitted:
             await self._limits.admit(call.principal, route.upstream)
         with self._telemetry.call(route) as seen:
+            call, held = await self._held(route, call)
             key = call.idempotency_key
-            if key is not None and route.effect is not Effect.READ:
+            if held is not None:
+                answer = held
+            elif key is not None and route.effect is not Effect.READ:
                 answer = await self._fenced(route, call, key)
             else:
                 refused = self.refusal(route, call) if key is None else None
                 answer = refused or (await self._dispatch(route, call, fence_id=None, takeover=False)).answer
             seen.answer = answer
         return answer
+
+    async def _held(self, route: ToolRoute, call: ToolCall) -> tuple[ToolCall, Answer | None]:
+        """The approval stage: the call to go on with (`call.approval` set when a person allowed
+        it), or its answer (rejected, or a 2026-07-28 client's approval round)."""
+        if self._approvals is None:
+            return call, None
+        return await self._approvals.hold(route, call)
 
     async def admit(self, principal: str, route: ToolRoute) -> None:
         """Take the call's rate-limit tokens, or raise RateLimited (-32029: nothing may be sent)."""
@@ -189,6 +205,10 @@ class CallPipeline:
     async def _route(self, call: ToolCall) -> ToolRoute:
         """The route of the called tool, if this principal may reach it (else: unknown tool)."""
         route = await self._catalog.tool(call.name)
+        if route is None and (held := self._catalog.held(call.name)) is not None:
+            withheld, text = held
+            if self._scope.may_use_tool(call.principal, withheld.name, withheld.upstream):
+                raise ToolHeldForReview(call.name, text)  # only a principal that may use it learns why
         if route is None or not self._scope.may_use_tool(call.principal, route.name, route.upstream):
             raise UnknownToolError(call.name)
         return route
@@ -217,7 +237,9 @@ class CallPipeline:
         the fence. Without `route` (a task taken over), raises UnknownToolError like `call`."""
         route = route or await self._route(call)
         with self._telemetry.call(route) as seen:
-            seen.answer = answer = (await self._dispatch(route, call, fence_id=fence_id, takeover=False)).answer
+            call, held = await self._held(route, call)
+            answer = held or (await self._dispatch(route, call, fence_id=fence_id, takeover=False)).answer
+            seen.answer = answer
         return answer
 
     async def _fenced(self, route: ToolRoute, call: ToolCall, key: str) -> Answer:

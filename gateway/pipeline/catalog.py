@@ -23,6 +23,7 @@ from ..conventions.answers import Dispatched
 from ..conventions.effects import Classification, ToolPolicy, classify_tool, publish_annotations, publish_tool_meta
 from ..conventions.keys import Effect
 from ..conventions.naming import exposed_tool_name
+from ..pins.service import ToolPins
 from ..upstreams.listing import ListingCache, ListKind
 
 __all__ = [
@@ -110,6 +111,8 @@ class TemplateRoute:
 class _Built:
     key: tuple[int, ...] = (-1,)
     tools: dict[str, ToolRoute] = field(default_factory=dict)
+    # Tools withheld for review (pinning: hold; gateway/pins/): exposed name -> the text their calls get.
+    held: dict[str, tuple[ToolRoute, str]] = field(default_factory=dict)
     prompts: dict[str, PromptRoute] = field(default_factory=dict)
     resources: dict[str, ResourceRoute] = field(default_factory=dict)
     templates: list[TemplateRoute] = field(default_factory=list)
@@ -120,7 +123,9 @@ class _Part:
     """One upstream's routes before the merge, made again only when its listings changed."""
 
     version: int
+    pins_version: int
     tools: list[ToolRoute]
+    held: list[tuple[ToolRoute, str]]
     prompts: list[PromptRoute]
     resources: list[tuple[str, ResourceRoute]]  # (uri, route)
     templates: list[TemplateRoute]
@@ -143,6 +148,7 @@ class Catalog:
         augment_tasks: bool = False,
         on_lists_changed: Callable[[frozenset[str]], object] | None = None,
         spawn: Callable[[Callable[[], Coroutine[Any, Any, None]]], object] | None = None,
+        pins: ToolPins | None = None,
     ) -> None:
         # True: the gateway runs any tool as a task for a client that asks, and says so in every
         # tool's execution.taskSupport (optional, or the upstream's required).
@@ -163,6 +169,10 @@ class Catalog:
         self.rebuilds = 0
         for cache in self._caches:
             cache.on_update = self._listing_changed
+        # Each upstream tool's definition checked against its pin (gateway/pins/); None: pinning off.
+        self._pins = pins
+        if pins is not None:
+            pins.on_reviewed = self._listing_changed
 
     # -- reading --------------------------------------------------------------------------
 
@@ -184,6 +194,10 @@ class Catalog:
         """The published inputSchema of a known tool (the SDK checks Mcp-Param-* headers with it)."""
         route = self._built.tools.get(name)
         return route.definition.get("inputSchema") if route is not None else None
+
+    def held(self, name: str) -> tuple[ToolRoute, str] | None:
+        """A tool withheld for review (pinning: hold): its route and the text its calls get."""
+        return self._built.held.get(name)
 
     async def tool(self, name: str) -> ToolRoute | None:
         """The route of an exposed tool; listings are awaited only for a name not yet known."""
@@ -259,7 +273,8 @@ class Catalog:
 
     def refresh_routes(self) -> None:
         """Rebuild the routes if a listing or the connector set changed since the last build."""
-        key = tuple(c.version for c in self._caches) + ((self._connectors.version,) if self._connectors else ())
+        key = tuple(c.version for c in self._caches) + ((self._connectors.version,) if self._connectors else ()) + \
+            ((self._pins.version,) if self._pins is not None else ())
         if key == self._built.key:
             return
         first_build = self._built.key == (-1,)
@@ -295,10 +310,21 @@ class Catalog:
         """The routes of one upstream, from its listings (reused while its version stands)."""
         cache = self._caches[index]
         part = self._parts[index]
-        if part is not None and part.version == cache.version:
+        pins_version = self._pins.version if self._pins is not None else 0
+        if part is not None and part.version == cache.version and part.pins_version == pins_version:
             return part
         cfg = cache.upstream.config
-        tools = [r for t in cache.peek(ListKind.TOOLS) or () if (r := _tool_route(cfg, t, self._augment_tasks)) is not None]
+        listed = list(cache.peek(ListKind.TOOLS) or ())
+        withheld = self._pins.check(cfg.name, listed) if self._pins is not None else {}
+        tools, held = [], []
+        for tool in listed:
+            route = _tool_route(cfg, tool, self._augment_tasks)
+            if route is None:
+                continue
+            if route.target in withheld:
+                held.append((route, withheld[route.target]))
+            else:
+                tools.append(route)
         prompts = []
         for prompt in cache.peek(ListKind.PROMPTS) or ():
             name = prompt.get("name")
@@ -321,7 +347,7 @@ class Catalog:
                 if isinstance(name, str):
                     definition["name"] = exposed_tool_name(cfg.name, name, cfg.prefix)
                 templates.append(TemplateRoute(definition, cfg.name, _template_pattern(uri_template)))
-        part = _Part(cache.version, tools, prompts, resources, templates)
+        part = _Part(cache.version, pins_version, tools, held, prompts, resources, templates)
         self._parts[index] = part
         return part
 
@@ -356,6 +382,8 @@ class Catalog:
                     )
                     continue
                 built.tools[route.name] = route
+            for route, text in part.held:
+                built.held.setdefault(route.name, (route, text))
             for prompt_route in part.prompts:
                 earlier_prompt = built.prompts.get(prompt_route.name)
                 if not self._taken("prompt", cfg.name, prompt_route.name, earlier_prompt.upstream if earlier_prompt else None):

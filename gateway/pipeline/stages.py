@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
+from ..approvals.service import Decided
 from ..conventions.answers import Answer
 from ..auth.principals import ANONYMOUS_IDENTITY, Identity
 from ..conventions.keys import IDEMPOTENCY_KEY
@@ -47,6 +48,9 @@ class ToolCall:
     rounds: Mapping[str, Any] = field(default_factory=dict)
     # Who calls, as authentication established it (claims for policy, the token for an exchange).
     identity: Identity = ANONYMOUS_IDENTITY
+    # A held call's decision: who decided, how and when (`approval.allowed`: the call went on); None
+    # when it needed no approval at the gateway. Set by gateway/pipeline/approval.py, for the audit log.
+    approval: Decided | None = None
 
     @property
     def idempotency_key(self) -> str | None:

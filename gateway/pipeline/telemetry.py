@@ -178,6 +178,11 @@ class CallTelemetry:
         if self.metrics is not None:
             self.child(self.metrics.policy_denials, rule, reason).inc()
 
+    def approval_settled(self, state: str, channel: str | None) -> None:
+        """A held call's approval stage ended (docs/approvals.md): allowed, denied, expired or pending."""
+        if self.metrics is not None:
+            self.child(self.metrics.approvals, state, channel or "none").inc()
+
     def attempt(self, route: "ToolRoute", attempt: int) -> "_AttemptScope":
         """One upstream attempt: enter before sending, set `event`, exit once it is known (its
         CLIENT span, its count)."""

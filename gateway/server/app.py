@@ -30,6 +30,14 @@ from ..pipeline.catalog import Catalog
 from ..config.model import GatewayConfig
 from ..connectors import ConnectorRegistry
 from ..connectors.admin_api import admin_routes
+from ..approvals.admin_api import approval_routes
+from ..approvals.service import Approvals
+from ..approvals.open_store import open_approval_store
+from ..approvals.store import ApprovalStore
+from ..pins.admin_api import pin_routes
+from ..pins.open_store import open_pin_store
+from ..pins.service import ToolPins
+from ..pipeline.approval import ApprovalStage
 from ..connectors.bindings.policy import BindingPolicy
 from ..storage.database import Database, opened
 from .drain import Drain
@@ -75,6 +83,10 @@ class Runtime:
     media: Media
     listen: ListenStreams
     tasks: Tasks | None = None
+    # Calls held for a person's decision (gateway/approvals/, docs/approvals.md).
+    approvals: Approvals | None = None
+    # Pinned tool definitions (gateway/pins/, docs/pinning.md).
+    pins: ToolPins | None = None
     # The front below authentication: tools/call and tools/list for an Identity.
     front: Front | None = None
     # Every upstream has been asked for its tools once (reported by /readyz, not gated on:
@@ -133,11 +145,17 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
         async with (
             anyio.create_task_group() as tg, database, opened(open_fence_store(database)) as store, connectors,
             open_media(config.media, database) as media, open_tasks_store(config.tasks, database) as task_store,
+            opened(open_approval_store(database)) as approval_store, opened(open_pin_store(database)) as pin_store,
         ):
             if config.connectors.dir:
                 await connectors.load_dir(config.connectors.dir)
+            metrics = ops.telemetry.metrics
+            pins = ToolPins(pin_store, {u.name: u.pinning for u in config.upstreams},
+                            spawn=lambda fn: tg.start_soon(supervisor.once, "pin recorder", fn),
+                            on_change=metrics.definition_changed if metrics is not None else None)
+            await pins.load()  # before the first listing is checked against them
             runtime = await _build_runtime(config, tg, store, authenticator, connectors, media, task_store, ops=ops,
-                                           supervisor=supervisor)
+                                           supervisor=supervisor, approval_store=approval_store, pins=pins)
             holder.runtime = runtime
             app.state.runtime = runtime
             holder.started = True
@@ -147,6 +165,10 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
                     tg.start_soon(supervisor.loop, "fence sweeper", lambda: runtime.fences.run_sweeper(
                         retention, config.fences.sweep_interval_seconds))
                     tg.start_soon(supervisor.loop, "fence lease renewer", runtime.fences.run_renewer)
+                    if runtime.approvals is not None:
+                        tg.start_soon(supervisor.loop, "approval sweeper", partial(
+                            runtime.approvals.run_sweeper, config.fences.sweep_interval_seconds))
+                    tg.start_soon(supervisor.loop, "pin review poller", partial(pins.run_poller, PIN_POLL_SECONDS))
                     tg.start_soon(supervisor.once, "catalog warm-up", lambda: _warm_up(runtime))
                     yield runtime
             finally:
@@ -196,6 +218,10 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
     ]
     routes.extend(protected_resource_routes(config))  # RFC 9728, with auth.oauth
     routes.extend(admin_routes(connectors, _admin_check(authenticator)))
+    routes.extend(pin_routes(lambda: holder.runtime.pins if holder.runtime is not None else None,
+                             _admin_check(authenticator)))
+    routes.extend(approval_routes(lambda: holder.runtime.approvals if holder.runtime is not None else None,
+                                  _approver_check(authenticator)))
     routes.extend(ops.routes(authenticator))
     app = _GatewayApp(config.server.path, ops.edge(front, authenticator), routes=routes, lifespan=lifespan)
     app.guard_admin(HostOriginPolicy(config.server))
@@ -204,6 +230,9 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
     app.serve_media(HostOriginGuard(BearerAuth(media_endpoint, authenticator), HostOriginPolicy(config.server)))
     return app
 
+
+# How often a replica looks for tool reviews made elsewhere (another replica, `dex-gateway tools review`).
+PIN_POLL_SECONDS = 5.0
 
 _STARTING = Refusal(503, UNAVAILABLE, "gateway is starting")
 _STOPPED = Refusal(503, UNAVAILABLE, "the gateway stopped serving; nothing was done")
@@ -274,6 +303,8 @@ async def _build_runtime(
     *,
     ops: Operations,
     supervisor: Supervisor | None = None,
+    approval_store: ApprovalStore | None = None,
+    pins: ToolPins | None = None,
 ) -> Runtime:
     supervisor = supervisor or Supervisor(ops.telemetry.metrics)
 
@@ -303,7 +334,7 @@ async def _build_runtime(
         task_store.listeners.append(tell_task_status)
     catalog = Catalog(caches, connectors, augment_tasks=task_store is not None and config.tasks.augment,
                       on_lists_changed=lambda kinds: spawn("list change notifier", partial(events.lists_changed, kinds)),
-                      spawn=tg.start_soon)
+                      spawn=tg.start_soon, pins=pins)
     ops.watch_catalog(lambda: catalog.rebuilds)
     watch = ResourceWatch(catalog, upstreams)
     events.sessions.on_release(watch.release, spawn=lambda fn: spawn("subscription release", fn))
@@ -312,10 +343,14 @@ async def _build_runtime(
     scope = authenticator.scope  # OAuth principals' scope is bound from their claims as they authenticate
     policy = Policy(config.policy)
     parking = Parking(tg)
+    approvals = Approvals(approval_store, config.approvals) if approval_store is not None else None
+    call_telemetry = CallTelemetry.of(ops.telemetry)
     pipeline = CallPipeline(
         catalog, upstreams, fences, scope, max_result_bytes=config.server.max_result_bytes, media=media.stage,
-        upstream_tasks=task_requests(config.tasks), telemetry=CallTelemetry.of(ops.telemetry), limits=ops.limits,
-        parking=parking, policy=policy,
+        upstream_tasks=task_requests(config.tasks), telemetry=call_telemetry, limits=ops.limits, parking=parking,
+        policy=policy,
+        approvals=ApprovalStage(approvals, policy, call_telemetry, reuse_seconds=config.fences.retention_hours * 3600)
+        if approvals is not None else None,
     )
     tasks = start_tasks(config.tasks, task_store, tg, pipeline=pipeline, fences=fences,
                         upstreams=upstreams, server_info=SERVER_INFO, supervisor=supervisor)
@@ -345,6 +380,8 @@ async def _build_runtime(
         tasks=tasks,
         supervisor=supervisor,
         front=front,
+        approvals=approvals,
+        pins=pins,
     )
 
 
@@ -365,6 +402,13 @@ def _admin_check(authenticator: Authenticator) -> Callable[[Request], Awaitable[
         return authenticator.is_admin(request.headers.get("authorization"))
 
     return authorize
+
+
+def _approver_check(authenticator: Authenticator) -> Callable[[Request], Awaitable[str | None]]:
+    async def approver(request: Request) -> str | None:
+        return await authenticator.approver(request.headers.get("authorization"))
+
+    return approver
 
 
 __all__ = ["Runtime", "create_app", "replica_id_for", "ListKind"]

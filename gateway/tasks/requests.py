@@ -16,8 +16,10 @@ stateless upstream.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from ..pipeline.stages import Request, ToolCall
+from ..upstreams.relay import CallRelay
 from ..protocol import Era
 from ..pipeline.catalog import ToolRoute
 from ..upstreams.upstream import Upstream
@@ -35,7 +37,22 @@ class TaskRequests:
     def for_call(self, upstream: Upstream, route: ToolRoute, call: ToolCall) -> Request | None:
         """The request that sends `call` (None: a plain request on the upstream)."""
         version = upstream.protocol_version  # None before its first connection: decided when connected
-        if call.sink is None and route.task_support != "required" and version is not None and Era.of(version) is Era.HANDSHAKE:
+        plain = call.sink is None and route.task_support != "required" and version is not None
+        if plain and Era.of(version) is Era.HANDSHAKE:
             return None  # a handshake-era upstream's plain call: decided without connecting
-        return UpstreamTaskCall(upstream, route.name, route.effect, route.task_support, call.sink,
-                                self._default_ttl_ms, self._clock, self._refuse_plain, call.identity).request
+        as_task = UpstreamTaskCall(upstream, route.name, route.effect, route.task_support, call.sink,
+                                   self._default_ttl_ms, self._clock, self._refuse_plain, call.identity).request
+        if not (plain and upstream.asks_on_handshake(call.relay)):
+            return as_task
+        caller = call.identity
+
+        async def per_caller(method: str, params: dict[str, Any] | None, *, relay: CallRelay | None = None,
+                             timeout: float | None = None) -> dict[str, Any]:
+            # The era per caller: a plain call on the handshake-era session, unless the upstream can
+            # run this tool as a task (then as a 2026-07-28 call the gateway follows, its questions
+            # inside the task).
+            if await upstream.handshake_takes(relay, route.target):
+                return await upstream.request(method, params, relay=relay, timeout=timeout, caller=caller)
+            return await as_task(method, params, relay=relay, timeout=timeout)
+
+        return per_caller

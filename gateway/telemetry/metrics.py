@@ -90,6 +90,10 @@ class GatewayMetrics:
             "dex_gateway_upstream_attempts", "upstream tools/call attempts by result (replied, rpc_error, interrupted, not_sent)",
             ["upstream", "result"], registry=registry,
         )
+        self.tool_definition_changes = Counter(
+            "dex_gateway_tool_definition_changes", "upstream tool definitions that changed since they were pinned",
+            ["upstream"], registry=registry,
+        )
         self.fence_claims = Counter("dex_gateway_fence_claims", "writes claimed by a fence and sent", ["tool"], registry=registry)
         self.fence_replays = Counter("dex_gateway_fence_replays", "retries answered from a fence's stored answer", ["tool"], registry=registry)
         self.fence_unknowns = Counter(
@@ -114,6 +118,12 @@ class GatewayMetrics:
             "calls denied by a policy rule (nothing sent), by rule and reason (matched, error: fail closed)",
             ["rule", "reason"], registry=registry,
         )
+        self.approvals = Counter(
+            "dex_gateway_approvals",
+            "calls held for a person's decision, by how they ended (allowed, denied, expired, pending: the client "
+            "stopped waiting) and the channel that decided",
+            ["state", "channel"], registry=registry,
+        )
         self.notifications_dropped = Counter(
             "dex_gateway_upstream_notifications_dropped",
             "progress (coalesced) and log notifications of calls not delivered to a slow client, by upstream and kind",
@@ -125,6 +135,10 @@ class GatewayMetrics:
         )
         self._runtime: _Runtime | None = None
         self._catalog: _Catalog | None = None
+
+    def definition_changed(self, upstream: str) -> None:
+        """An upstream tool's definition changed since it was pinned (gateway/pins/)."""
+        self.tool_definition_changes.labels(upstream).inc()
 
     def notifications_dropped_of(self, upstream: str) -> Callable[[str], None]:
         """Count one notification of a call to `upstream` coalesced or dropped (`kind`: progress, log)."""

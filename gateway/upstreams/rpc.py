@@ -60,6 +60,10 @@ class Connection(Protocol):
         """
         ...
 
+    async def keeps_session(self) -> bool:
+        """Whether the upstream keeps an MCP session for this connection (negotiating first)."""
+        ...
+
     async def watch(self, uris: Iterable[str], new: str | None = None) -> None:
         """Have the upstream report updates of exactly these resources (an error for `new` is raised)."""
         ...

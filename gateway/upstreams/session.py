@@ -154,6 +154,11 @@ class UpstreamSession:
             await self.aclose()
             raise
 
+    async def keeps_session(self) -> bool:
+        """Whether the upstream keeps an MCP session (`Mcp-Session-Id`), negotiating first; raises
+        UpstreamNotSent when it cannot be spoken to."""
+        return (await self._ready()).session_id is not None
+
     async def aclose(self) -> None:
         self.closed = True
         if self._streams is not None:
@@ -177,12 +182,13 @@ class UpstreamSession:
         for attempt in (1, 2):  # a second time only on a fresh session: the first was unknown upstream
             negotiated = await self._ready()
             if bearer is not None and negotiated.session_id is not None:
-                # One session, opened with the gateway's own token, for every caller: an upstream that
-                # binds a session to who opened it would run this caller's request as someone else.
+                # A caller's own token on a session someone else opened: an upstream that binds a
+                # session to who opened it would run this caller's request as someone else. The
+                # upstream started keeping sessions after the caller's request was routed (a caller
+                # gets a session of its own: gateway/upstreams/caller_sessions.py); sent again, it will.
                 raise UpstreamNotSent(
-                    self.name, "this upstream keeps an MCP session (Mcp-Session-Id) for all callers, and auth.mode "
-                    "token_exchange sends each caller's own token, which a session cannot carry; speak to it "
-                    "with protocol 2026-07-28, or run it without sessions (docs/auth.md, \"Upstream credentials\")")
+                    self.name, "this upstream started keeping an MCP session (Mcp-Session-Id) while the call was "
+                    "on its way, and that session cannot carry the caller's own token; send the call again")
             notices = CallNotices(self._max_queued, self._on_drop) if relay is not None else None
             answer: Message = {}
             failure: Exception | None = None

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -32,17 +33,21 @@ from ..errors import (
     UpstreamRpcError,
     UpstreamUnauthorized,
 )
-from .credentials import UpstreamCredentials
-from .relay import CallRelay
+from .caller_sessions import CallerSessions
+from .credentials import Bearer, UpstreamCredentials
+from .relay import ASKING_CAPABILITIES, CallRelay
 from ..telemetry.tracing import upstream_request_span
 from .channels.base import Channel
 from .channels.http import HttpChannel
+from .transport import HttpTransport
 from .channels.stdio import StdioChannel
 from .notices import OnDrop, ignore_drops
-from .rpc import Connection
+from .rpc import MODERN_VERSION, Connection
 from .session import UpstreamSession
 
 logger = logging.getLogger(__name__)
+
+_HANDSHAKE_RETRY_SECONDS = 300.0  # an upstream that refused the handshake era is not asked again this long
 
 
 class Upstream:
@@ -70,6 +75,20 @@ class Upstream:
         self._closed = False  # closed for good (shutdown): no connection is made again
         # The tokens the gateway sends this upstream (auth.mode; gateway/upstreams/credentials.py).
         self.credentials = UpstreamCredentials(config) if isinstance(config, HttpUpstreamConfig) else None
+        # token_exchange: each caller's own session when the upstream keeps sessions (caller_sessions.py).
+        self._caller_sessions = CallerSessions(
+            self.name, self._open_caller_session, task_group, size=config.auth.max_caller_sessions,
+            idle_seconds=config.auth.caller_session_idle_seconds,
+        ) if isinstance(config, HttpUpstreamConfig) and self.credentials is not None and self.credentials.per_caller \
+            else None
+        self._caller_transport: HttpTransport | None = None  # their one pool, made with the first
+        # protocol auto: the era per caller (asks_on_handshake), over a second, handshake-era session.
+        self._era_per_caller = isinstance(config, HttpUpstreamConfig) and config.protocol == "auto" and \
+            self._caller_sessions is None
+        self._handshake: UpstreamSession | None = None
+        self._handshake_refused_until = 0.0  # monotonic: the upstream refused `initialize` (asks_on_handshake)
+        self._handshake_task_tools: frozenset[str] = frozenset()  # task-capable there (handshake_takes)
+        self._handshake_listed: Connection | None = None  # the session those were listed on
 
     async def request(
         self,
@@ -84,22 +103,112 @@ class Upstream:
         `caller`: who the request is for (a tools/call), when the upstream takes each caller's own
         token (auth.mode token_exchange); None: the gateway's own request."""
         credentials = self.credentials
-        bearer = await credentials.bearer(caller) if credentials is not None and credentials.per_caller and \
-            caller is not None else None
+        timeout = timeout or self.config.call_timeout_seconds
         connection = await self._connected()
+        if credentials is None or not credentials.per_caller or caller is None:
+            if await self.handshake_takes(relay, params.get("name") if method == "tools/call" and params else None):
+                connection = self._handshake or connection
+            return await self._send(connection, method, params, timeout, relay, None, caller)
+        if self._caller_sessions is not None and await connection.keeps_session():
+            # A session carries the identity of whoever opened it: this caller's own (caller_sessions.py).
+            async with self._caller_sessions.using(caller) as own:
+                return await self._send(own, method, params, timeout, relay, None, caller)
+        return await self._send(connection, method, params, timeout, relay, await credentials.bearer(caller), caller)
+
+    async def _send(
+        self,
+        connection: Connection,
+        method: str,
+        params: dict[str, Any] | None,
+        timeout: float,
+        relay: CallRelay | None,
+        bearer: Bearer | None,
+        caller: Identity | None,
+    ) -> dict[str, Any]:
         with upstream_request_span(self.name, method, params) as params:
             try:
-                return await connection.request(
-                    method, params, timeout=timeout or self.config.call_timeout_seconds, relay=relay, bearer=bearer
-                )
+                return await connection.request(method, params, timeout=timeout, relay=relay, bearer=bearer)
             except UpstreamUnauthorized:
-                if credentials is not None:
-                    credentials.forget(caller)  # a refused token is not used again
+                if self.credentials is not None:
+                    self.credentials.forget(caller)  # a refused token is not used again
                 raise
             except (UpstreamInterrupted, UpstreamNotSent):
-                if not connection.alive:
+                if connection is self._connection and not connection.alive:
                     await self._forget(connection)
                 raise
+
+    def asks_on_handshake(self, relay: CallRelay | None) -> bool:
+        """The era per caller (`protocol: auto`): a handshake-era caller that can be asked something
+        (elicitation, sampling, roots on its session) reaches an upstream that speaks 2026-07-28 on
+        the handshake era too, where a tool that asks through its session (the SDK's `ctx.elicit`,
+        `create_message`) can ask; every other caller keeps the faster 2026-07-28 connection.
+        Whether the upstream also speaks the handshake era is learnt by asking (an SDK server's
+        `server/discover` lists only 2026-07-28 while it serves `initialize` too): one that refuses
+        `initialize` is not asked again for `_HANDSHAKE_RETRY_SECONDS`. An upstream that takes each
+        caller's own token (token_exchange) keeps one era."""
+        if relay is None or relay.modern or not self._era_per_caller or self.protocol_version != MODERN_VERSION:
+            return False
+        if self._handshake_refused_until > time.monotonic():
+            return False
+        return any(relay.client_capabilities().get(kind) is not None for kind in ASKING_CAPABILITIES)
+
+    async def handshake_takes(self, relay: CallRelay | None, tool: str | None) -> bool:
+        """Whether this request goes on the handshake-era session (`asks_on_handshake`), opening it
+        first. A tool the upstream can run as a task (its handshake-era listing says
+        `execution.taskSupport: optional` or `required`) keeps 2026-07-28: its questions travel
+        inside the task (input_required), which the gateway follows and relays in both eras."""
+        if not self.asks_on_handshake(relay):
+            return False
+        if await self._handshake_connected() is None:
+            return False
+        return tool is None or tool not in self._handshake_task_tools
+
+    async def _handshake_connected(self) -> Connection | None:
+        """The handshake-era session of an upstream that speaks both eras, negotiated (made with
+        its first caller); None when the upstream refuses the handshake era (nothing was sent)."""
+        connection = self._handshake
+        if connection is None or not connection.alive:
+            async with self._connect_lock:
+                if self._closed:
+                    raise UpstreamNotSent(self.name, "the gateway is shutting down")
+                if self._handshake is None or not self._handshake.alive:
+                    cfg = self.config
+                    assert isinstance(cfg, HttpUpstreamConfig)
+                    logger.info("upstream %s: opening a handshake-era session for callers that can be asked", self.name)
+                    self._handshake = self._session(self._http_channel(cfg), protocol="handshake")
+                connection = self._handshake
+        try:
+            await connection.start()  # negotiated once; later calls return at once
+            if connection is not self._handshake_listed:
+                self._handshake_task_tools = await self._task_only_tools(connection)
+                self._handshake_listed = connection
+        except UpstreamNotSent as exc:
+            logger.info("upstream %s: no handshake era (%s); its callers stay on 2026-07-28", self.name, exc.reason)
+            self._handshake_refused_until = time.monotonic() + _HANDSHAKE_RETRY_SECONDS
+            if self._handshake is connection:
+                self._handshake = None
+            return None
+        return connection
+
+    async def _task_only_tools(self, connection: Connection) -> frozenset[str]:
+        """The tools the handshake-era session lists as able to run as tasks (`execution.taskSupport`
+        `optional` or `required`)."""
+        names: set[str] = set()
+        cursor: str | None = None
+        for _ in range(100):  # pages
+            try:
+                page = await connection.request("tools/list", {"cursor": cursor} if cursor else None,
+                                                timeout=self.config.connect_timeout_seconds)
+            except (UpstreamRpcError, UpstreamInterrupted) as exc:
+                raise UpstreamNotSent(self.name, f"its tools could not be listed on the handshake era: {exc.reason}")
+            for tool in page.get("tools") or ():
+                execution = tool.get("execution") if isinstance(tool, dict) else None
+                if isinstance(execution, dict) and execution.get("taskSupport") in ("optional", "required"):
+                    names.add(str(tool.get("name")))
+            cursor = page.get("nextCursor")
+            if not isinstance(cursor, str) or not cursor:
+                break
+        return frozenset(names)
 
     @property
     def protocol_version(self) -> str | None:
@@ -198,14 +307,35 @@ class Upstream:
             channel = await StdioChannel.start(self.name, self._task_group, command=cfg.command, args=cfg.args,
                                                env=cfg.env, cwd=cfg.cwd)
         else:
-            channel = HttpChannel(self.name, cfg.url, headers=cfg.headers, connect_timeout=cfg.connect_timeout_seconds,
-                                  tls_ca_file=cfg.tls_ca_file, max_response_bytes=self.max_answer_bytes,
-                                  max_connections=cfg.max_connections, pool_timeout=cfg.pool_timeout_seconds,
-                                  credentials=self.credentials)
-        session = UpstreamSession(
+            channel = self._http_channel(cfg)
+        session = self._session(channel)
+        if isinstance(channel, StdioChannel):
+            await session.start()
+        return session
+
+    def _http_channel(self, cfg: HttpUpstreamConfig, caller: Identity | None = None,
+                      transport: HttpTransport | None = None) -> HttpChannel:
+        return HttpChannel(self.name, cfg.url, headers=cfg.headers, connect_timeout=cfg.connect_timeout_seconds,
+                           tls_ca_file=cfg.tls_ca_file, max_response_bytes=self.max_answer_bytes,
+                           max_connections=cfg.max_connections, pool_timeout=cfg.pool_timeout_seconds,
+                           credentials=self.credentials, caller=caller, transport=transport,
+                           owns_transport=transport is None)
+
+    def _open_caller_session(self, caller: Identity) -> tuple[UpstreamSession, HttpChannel]:
+        """A new session for `caller` alone, negotiated on its first request with the caller's token."""
+        cfg = self.config
+        assert isinstance(cfg, HttpUpstreamConfig)
+        if self._caller_transport is None:
+            self._caller_transport = self._http_channel(cfg).transport  # the pool, built with the same settings
+        channel = self._http_channel(cfg, caller, self._caller_transport)
+        return self._session(channel), channel
+
+    def _session(self, channel: Channel, protocol: str | None = None) -> UpstreamSession:
+        cfg = self.config
+        return UpstreamSession(
             self.name,
             channel,
-            protocol=cfg.protocol,
+            protocol=protocol or cfg.protocol,
             connect_timeout=cfg.connect_timeout_seconds,
             events=self,
             task_group=self._task_group,
@@ -214,9 +344,6 @@ class Upstream:
             max_queued_notifications=cfg.max_queued_notifications,
             on_drop=self._on_drop,
         )
-        if isinstance(channel, StdioChannel):
-            await session.start()
-        return session
 
     def _roots(self) -> list[dict[str, Any]] | None:
         roots = self.config.roots
@@ -237,6 +364,13 @@ class Upstream:
                 connection, self._connection = self._connection, None
             if connection is not None:
                 await connection.aclose()
+            handshake, self._handshake = self._handshake, None
+            if handshake is not None:
+                await handshake.aclose()
+            if self._caller_sessions is not None:
+                await self._caller_sessions.aclose()
+            if self._caller_transport is not None:
+                await self._caller_transport.aclose()
             if self.credentials is not None:
                 await self.credentials.aclose()
 

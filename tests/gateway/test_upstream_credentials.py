@@ -9,7 +9,9 @@ trusts it, and upstreams of our own (tests/support/token_server.py) that record 
     robot       client_credentials  the gateway's own token
     elsewhere   client_credentials  a token for another resource: the upstream answers 401
     legacy      token_exchange      spoken to on the handshake era, without sessions: works per caller
-    sessions    token_exchange      the handshake era with an Mcp-Session-Id session: refused per call
+    sessions    token_exchange      the handshake era with Mcp-Session-Id sessions bound to their user:
+                                    one session per caller, opened with that caller's token
+    crowded     token_exchange      the same upstream, at most one caller session at a time
 """
 
 from __future__ import annotations
@@ -110,6 +112,8 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
                                   auth=auth("token_exchange")),
                     http_upstream("sessions", upstreams["sessions"].url, protocol="handshake",
                                   auth=auth("token_exchange")),
+                    http_upstream("crowded", upstreams["sessions"].url, protocol="handshake",
+                                  auth=auth("token_exchange", max_caller_sessions=1)),
                 ],
             }
             env = {SECRET_ENV: idp.client(EXCHANGER).client_secret or "",
@@ -161,12 +165,43 @@ async def test_a_session_less_handshake_era_upstream_gets_each_caller_s_token(se
     assert subjects == ["alice", "bob"]
 
 
-async def test_an_upstream_session_shared_by_all_callers_is_refused_per_call(setup: Setup) -> None:
+def _sessions_of(records: list[dict[str, Any]], idp: Idp, audience: str) -> dict[str, set[str]]:
+    """Per subject of the exchanged token: the upstream sessions its calls came on."""
+    out: dict[str, set[str]] = {}
+    for record in records:
+        out.setdefault(idp.verify(bearer_of(record), audience=audience)["sub"], set()).add(record["session"])
+    return out
+
+
+async def test_an_upstream_that_keeps_sessions_gets_one_session_per_caller(setup: Setup) -> None:
+    # The upstream binds each session to the user whose token opened it (403 for anyone else): the
+    # gateway's own session (its listings) cannot carry a caller's call, so each caller gets one.
     sessions = setup.upstreams["sessions"]
-    failed, text, meta = await call(setup, setup.login("alice"), "sessions__whoami")
-    assert failed and "did not run" in text and "keeps an MCP session (Mcp-Session-Id)" in text, text
-    assert meta.get(OUTCOME) != "unknown"
-    assert sessions.calls() == []
+    seen = len(sessions.calls())
+    alice, bob = setup.login("alice"), setup.login("bob")
+    for token, user in ((alice, "alice"), (bob, "bob"), (alice, "alice"), (bob, "bob")):
+        failed, text, _ = await call(setup, token, "sessions__whoami")
+        assert not failed and text == f"called by {user}", text
+    calls = [r for r in sessions.calls()[seen:] if r["name"] == "whoami"]
+    by_user = _sessions_of(calls, setup.idp, sessions.url)
+    assert set(by_user) == {"alice", "bob"}
+    assert all(len(ids) == 1 and None not in ids for ids in by_user.values()), by_user  # one each, reused
+    assert by_user["alice"] != by_user["bob"]
+    opened = [r for r in read_records(sessions.state) if r["method"] == "initialize"]
+    openers = {claims_of(bearer_of(r)).get("sub") for r in opened}
+    assert {"alice", "bob"} <= openers  # each caller's session opened with that caller's exchanged token
+    assert alice not in setup.gateway.log and bob not in setup.gateway.log
+
+
+async def test_caller_sessions_past_their_bound_are_closed_and_reopened(setup: Setup) -> None:
+    sessions = setup.upstreams["sessions"]
+    seen = len(sessions.calls())
+    alice, bob = setup.login("alice"), setup.login("bob")
+    for token, user in ((alice, "alice"), (bob, "bob"), (alice, "alice")):
+        failed, text, _ = await call(setup, token, "crowded__whoami")
+        assert not failed and text == f"called by {user}", text
+    first, second, third = (r["session"] for r in sessions.calls()[seen:] if r["name"] == "whoami")
+    assert len({first, second, third}) == 3  # alice's first session was closed to make room for bob's
 
 
 async def test_a_second_call_reuses_the_cached_exchange(setup: Setup) -> None:

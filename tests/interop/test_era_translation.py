@@ -1,6 +1,8 @@
 """Each era's features carried across the gateway (issue 13), against the conformance reference
 server (conformance/reference_server.py) speaking both eras -- the gateway's `protocol: auto`
-picks 2026-07-28 towards it -- over Streamable HTTP, and over stdio with `protocol: 2026-07-28`.
+picks 2026-07-28 towards it, except for a handshake-era caller that can be asked something, which
+it reaches on the handshake era (docs/interop.md, "The era per caller") -- over Streamable HTTP,
+and over stdio with `protocol: 2026-07-28` (one era for every caller: the translation itself).
 
 * A handshake-era client (stateful gateway) of a 2026-07-28 upstream: the upstream's
   `input_required` rounds become elicitation/sampling/roots requests on the client's session;

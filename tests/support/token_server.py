@@ -12,6 +12,11 @@ gets 401 `invalid_token` (listings take any bearer token): the server trusts its
 it only checks whom a call's token is for.
 
 Its tools, `whoami` (a read) and `note` (a write), answer the `sub` of the token they were called with.
+
+With `--stateful` it keeps MCP sessions and binds each one to the `sub` of the token that opened it
+(as the MCP security best practices ask of a server): a request on that session with another
+user's token gets 403. Records carry the request's `session` (its `Mcp-Session-Id`, or None) and
+its routing headers (`mcp-method`, `mcp-name`; None when absent).
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ class Recorder:
 
     def __init__(self, app: ASGIApp, records: Path, check_audience: bool) -> None:
         self.app, self.records, self.check_audience = app, records, check_audience
+        self.owners: dict[str, Any] = {}  # session id -> the `sub` that opened it
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] != "POST":
@@ -75,8 +81,13 @@ class Recorder:
         authorization = raw.decode("latin-1") if raw is not None else None
         raw_params = parsed.get("params")
         params = raw_params if isinstance(raw_params, dict) else {}
+        raw_session = header(scope, b"mcp-session-id")
+        session = raw_session.decode("latin-1") if raw_session is not None else None
+        routing = {key: (raw.decode("latin-1") if (raw := header(scope, key.encode())) is not None else None)
+                   for key in ("mcp-method", "mcp-name")}
         append_durably(self.records, {"method": parsed.get("method"), "name": params.get("name"),
-                                      "authorization": authorization})
+                                      "uri": params.get("uri"), "authorization": authorization, "session": session,
+                                      **routing})
         host = (header(scope, b"host") or b"").decode("latin-1")
         own_url = f"http://{host}{scope['path']}"
         metadata = f"http://{host}/.well-known/oauth-protected-resource{scope['path']}"
@@ -90,7 +101,29 @@ class Recorder:
                 await _unauthorized(send, f'Bearer error="invalid_token", error_description="the token is not for '
                                           f'{own_url}", resource_metadata="{metadata}"')
                 return
-        await self.app(scope, replay_body(body, receive), send)
+        subject = claims_of(authorization[len("Bearer "):]).get("sub")
+        if session is not None and session in self.owners and self.owners[session] != subject:
+            await _json_status(send, 403, b'{"error":"this session belongs to another user"}')
+            return
+        await self.app(scope, replay_body(body, receive), self._binding(send, subject))
+
+    def _binding(self, send: Send, subject: Any) -> Send:
+        """`send`, noting the owner of a session the answer opens."""
+
+        async def bind(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                for name, value in message.get("headers", []):
+                    if name.lower() == b"mcp-session-id":
+                        self.owners.setdefault(value.decode("latin-1"), subject)
+            await send(message)
+
+        return bind
+
+
+async def _json_status(send: Send, status: int, body: bytes) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
 
 
 async def _unauthorized(send: Send, challenge: str) -> None:

@@ -24,6 +24,7 @@ LAYERS: dict[str, list[str]] = {
         "internals",       # every reach into a library's private API
         "protocol",        # the gateway's name and version on the wire
         "name_header",     # the Mcp-Name header rule (front and upstreams)
+        "safe_text",       # text made safe to show on a card or a terminal (approvals, the agent host)
         "conventions",     # the Dex conventions: effects, keys, outcomes, answers, the checker
         "storage",         # databases, store URLs, private files
         "config",          # gateway.yaml: the model, YAML with line numbers, env overrides
@@ -31,6 +32,8 @@ LAYERS: dict[str, list[str]] = {
         "telemetry",       # tracing and metrics
         "auth",            # principals and their scope
         "fences",          # the idempotency fences
+        "approvals",       # calls held for a person's decision: records, store, admin API
+        "pins",            # pinned tool definitions: digests, store, review
         "media",           # images stored once by SHA-256
         "connectors",      # tools registered by manifest
         "upstreams",       # MCP servers behind the gateway: stdio and HTTP
@@ -51,6 +54,7 @@ LAYERS: dict[str, list[str]] = {
         "terminal",        # the console
         "api",             # the host's HTTP API and web page
         "host",            # the composition root (host.py)
+        "service",         # dex-agent serve: the driver that runs every session's turns
         "cli",             # dex-agent's commands
     ],
 }

@@ -122,3 +122,21 @@ def test_the_sdk_client_still_stamps_and_dispatches_through_stamp_and_dispatcher
 
     send = getattr(JSONRPCDispatcher, "send_raw_request", None)
     assert callable(send) and list(inspect.signature(send).parameters)[:3] == ["self", "method", "params"]
+
+
+def test_the_client_still_builds_its_capabilities_and_session_where_form_only_elicitation_hooks_in() -> None:
+    """gateway/internals.FormOnlyElicitationClient (the agent host declares form mode only)."""
+    from mcp import Client
+    from mcp.client.session import ClientSession
+
+    assert list(inspect.signature(ClientSession._build_capabilities).parameters) == ["self", "version"]
+    assert "_build_session" in Client.__dict__
+    assert "self._build_capabilities(" in inspect.getsource(ClientSession)
+
+
+def test_the_client_request_clock_can_still_be_stopped_for_a_person() -> None:
+    """gateway/internals.off_the_request_clock (an upstream's question waiting for the user)."""
+    from mcp.shared import _request_clock
+
+    assert callable(_request_clock.waiting_on_a_person)
+    assert "request_clock(" in inspect.getsource(__import__("mcp.shared.jsonrpc_dispatcher", fromlist=["x"]))

@@ -7,7 +7,8 @@
 "use strict";
 
 (function () {
-  const sessionId = decodeURIComponent(location.pathname.split("/").pop() || "");
+  // /ui/sessions/{id}: one session; /ui/: the session list.
+  const sessionId = location.pathname.startsWith("/ui/sessions/") ? decodeURIComponent(location.pathname.split("/").pop() || "") : "";
   const base = "/sessions/" + encodeURIComponent(sessionId);
   const state = {
     token: "",
@@ -150,6 +151,15 @@
     found.badge.textContent = status;
     found.badge.dataset.status = data.status;
     found.result.textContent = data.result || "";
+    found.final = data.result !== null && data.result !== undefined;
+  }
+
+  // Tool progress (an upstream's notifications/progress): shown on the call until its result.
+  function onToolProgress(data) {
+    const found = state.toolCalls.get(data.tool_call_id);
+    if (!found || found.final) return;
+    const amount = data.total ? data.progress + "/" + data.total : String(data.progress);
+    found.result.textContent = "progress " + amount + (data.message ? ": " + data.message : "");
   }
 
   function onTurnStarted(data) {
@@ -258,10 +268,18 @@
   function onQuestion(data) {
     let card = state.questions.get(data.id);
     if (!card) {
-      card = newCard("question", data.id, "The agent asks", state.questions, $("questions"));
+      const form = data.kind === "elicitation" && Array.isArray(data.fields);
+      card = newCard("question", data.id, form ? "A tool asks" : "The agent asks", state.questions, $("questions"));
       card.node.appendChild(el("p", "question-text", data.question));
       card.deadline = el("p", "deadline");
       card.node.appendChild(card.deadline);
+      if (form) {
+        card.controls = formControls(data, card);
+        card.node.appendChild(card.controls);
+        card.node.appendChild(card.outcome);
+        const answered = data.answer ? "“" + data.answer + "”" : null;
+        return showState(card, data, [card.controls], outcomeText(data.status, data.answered_by, answered));
+      }
       card.controls = el("form", "answers");
       const choices = el("div", "row choices");
       for (const choice of data.choices || []) choices.appendChild(button(choice, "choice", () => answer(data.id, choice)));
@@ -284,6 +302,73 @@
     }
     const answered = data.answer ? "“" + data.answer + "”" : null;
     showState(card, data, [card.controls], outcomeText(data.status, data.answered_by, answered));
+  }
+
+  // An upstream's form (elicitation): one input per field, by its type; answered with its values.
+  function formControls(data, card) {
+    const controls = el("form", "answers form-question");
+    const readers = [];
+    for (const field of data.fields) {
+      const label = el("label", "", (field.title || field.name) + (field.required ? " *" : ""));
+      if (field.description) label.appendChild(el("span", "meta", " " + field.description));
+      let read;
+      if (field.type === "boolean") {
+        const box = el("input");
+        box.type = "checkbox";
+        label.appendChild(box);
+        read = () => box.checked;
+      } else if (field.enum && field.type === "array") {
+        const boxes = field.enum.map((value, i) => {
+          const option = el("label", "choice", (field.enum_titles || field.enum)[i]);
+          const box = el("input");
+          box.type = "checkbox";
+          box.value = value;
+          option.prepend(box);
+          label.appendChild(option);
+          return box;
+        });
+        read = () => { const picked = boxes.filter((b) => b.checked).map((b) => b.value); return picked.length ? picked : undefined; };
+      } else if (field.enum) {
+        const select = el("select");
+        select.appendChild(el("option", "", ""));
+        field.enum.forEach((value, i) => {
+          const option = el("option", "", (field.enum_titles || field.enum)[i]);
+          option.value = value;
+          select.appendChild(option);
+        });
+        label.appendChild(select);
+        read = () => select.value || undefined;
+      } else {
+        const input = el("input");
+        input.type = field.type === "string" ? "text" : "number";
+        if (field.type === "number") input.step = "any";
+        label.appendChild(input);
+        read = () => input.value === "" ? undefined : (field.type === "string" ? input.value : Number(input.value));
+      }
+      readers.push([field.name, read]);
+      controls.appendChild(label);
+    }
+    const send = el("button", "", "Send");
+    send.type = "submit";
+    controls.appendChild(send);
+    controls.appendChild(button("Decline", "danger", () => answer(data.id, null)));
+    controls.addEventListener("submit", (event) => {
+      event.preventDefault();
+      const content = {};
+      for (const [name, read] of readers) {
+        const value = read();
+        if (value !== undefined) content[name] = value;
+      }
+      answerForm(data.id, content);
+    });
+    return controls;
+  }
+
+  async function answerForm(id, content) {
+    const result = await api("POST", "/questions/" + encodeURIComponent(id), { content });
+    if (!result.ok) return showError(result.data.error || "the answer was refused (HTTP " + result.status + ")");
+    showError("");
+    onQuestion(result.data.question);
   }
 
   async function answer(id, text) {
@@ -341,8 +426,9 @@
 
   const handlers = {
     turn_started: onTurnStarted, turn_finished: onTurnFinished, message: onMessage, delta: onDelta,
-    tool_call: onToolCall, approval: onApproval, question: onQuestion, plan: onPlan, usage: onUsage,
+    tool_call: onToolCall, tool_progress: onToolProgress, approval: onApproval, question: onQuestion, plan: onPlan, usage: onUsage,
     control: onControl,
+    queue: () => refreshQueue(),
     compaction: (d) => entry("meta", "", "earlier messages were summarised (" + d.replaced_messages + " replaced)"),
   };
 
@@ -363,6 +449,64 @@
     });
   }
 
+  // Chat (dex-agent serve): the message box, the queue, the session list -----------------------
+
+  async function refreshQueue() {
+    const result = await api("GET", base + "/messages?limit=1");
+    if (!result.ok) return;
+    const list = $("queue");
+    list.replaceChildren();
+    for (const queued of result.data.queued || []) {
+      const item = el("li", "queued");
+      item.appendChild(el("span", "", queued.text));
+      item.appendChild(button("Withdraw", "", async () => {
+        const withdrawn = await api("DELETE", base + "/messages/" + encodeURIComponent(queued.id));
+        if (withdrawn.status !== 204) showError(withdrawn.data.error || "the message could not be withdrawn");
+        refreshQueue();
+      }));
+      list.appendChild(item);
+    }
+    $("queue-empty").hidden = list.children.length > 0;
+  }
+
+  async function sendMessage(event) {
+    event.preventDefault();
+    const text = $("message-text").value.trim();
+    if (!text) return;
+    const result = await api("POST", base + "/messages", { text, plan: $("message-plan").checked });
+    if (!result.ok) return showError(result.data.error || "the message was refused");
+    showError("");
+    $("message-text").value = "";
+    $("message-plan").checked = false;
+    refreshQueue();
+  }
+
+  async function showSessions() {
+    const result = await api("GET", "/sessions");
+    if (!result.ok) {
+      if (result.status !== 401 && result.status !== 403) setStatus("Cannot list the sessions: " + (result.data.error || result.status));
+      return false;
+    }
+    const list = $("sessions");
+    list.replaceChildren();
+    for (const session of result.data.sessions) {
+      const item = el("li");
+      const link = el("a", "mono", session.session_id);
+      link.href = "/ui/sessions/" + encodeURIComponent(session.session_id);
+      item.appendChild(link);
+      item.appendChild(el("span", "meta", " " + session.turns + " turns" + (session.last_status ? ", last " + session.last_status : "") +
+        (session.queued ? ", " + session.queued + " queued" : "")));
+      list.appendChild(item);
+    }
+    return true;
+  }
+
+  async function newSession() {
+    const result = await api("POST", "/sessions", {});
+    if (!result.ok) return setStatus("Cannot start a session: " + (result.data.error || result.status));
+    location.assign("/ui/sessions/" + encodeURIComponent(result.data.session_id));
+  }
+
   // Start --------------------------------------------------------------------------------------
 
   function logout(message) {
@@ -375,6 +519,14 @@
 
   async function connect(token) {
     state.token = token;
+    if (!sessionId) {
+      if (!(await showSessions())) return;
+      sessionStorage.setItem("dex-approver-token", token);
+      $("login").hidden = true;
+      $("sessions-panel").hidden = false;
+      setStatus("Connected.");
+      return;
+    }
     const snapshot = await api("GET", base);
     if (!snapshot.ok) {
       if (snapshot.status !== 401 && snapshot.status !== 403) setStatus("Cannot open the session: " + (snapshot.data.error || snapshot.status));
@@ -387,6 +539,9 @@
     $("app").hidden = false;
     refreshControls();
     stream();
+    const chat = await api("GET", base + "/messages?limit=1");
+    $("chat-panel").hidden = !chat.ok; // only dex-agent serve takes messages
+    if (chat.ok) refreshQueue();
   }
 
   document.addEventListener("DOMContentLoaded", () => {
@@ -413,6 +568,11 @@
       showError("");
     });
     $("plan-execute").addEventListener("click", executePlan);
+    $("message-form").addEventListener("submit", sendMessage);
+    $("message-text").addEventListener("keydown", (event) => {
+      if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) $("message-form").requestSubmit();
+    });
+    $("new-session").addEventListener("click", newSession);
     setInterval(tick, 1000);
     // A token in the fragment (#token=...) never reaches the server; it is taken and removed.
     const fragment = new URLSearchParams(location.hash.slice(1));

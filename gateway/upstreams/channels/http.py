@@ -22,6 +22,8 @@ the upstream refused the credentials before running anything; its text names the
 challenge (error, scope, resource_metadata).
 
 Authorization: a request's own token (`bearer`: a caller's exchanged token) if it has one, else the
+channel's owner's: `caller`'s exchanged token for a channel that carries one caller's own session
+(token_exchange to an upstream that keeps sessions; gateway/upstreams/caller_sessions.py), else the
 gateway's own for this upstream (`credentials`, auth.mode client_credentials or token_exchange;
 gateway/upstreams/credentials.py), else the configured headers (auth.mode static).
 """
@@ -38,6 +40,7 @@ from typing import Any
 import anyio
 from mcp.shared.inbound import encode_header_value
 
+from ...auth.principals import Identity
 from ...errors import (
     LocalLimitReached,
     RequestMaybeSent,
@@ -85,7 +88,10 @@ class HttpChannel:
         max_connections: int | None = None,
         pool_timeout: float = 30.0,
         credentials: UpstreamCredentials | None = None,
+        caller: Identity | None = None,
+        owns_transport: bool = True,
     ) -> None:
+        self._owns_transport = owns_transport  # False: a borrowed pool, closed by its owner
         if transport is None:
             try:
                 context = ssl_context(tls_ca_file) if tls_ca_file else None
@@ -103,6 +109,9 @@ class HttpChannel:
         # The gateway's own token for this upstream (client_credentials, token_exchange), on every
         # request that carries no caller's token; None or static: the configured headers only.
         self._credentials = credentials if credentials is not None and credentials.active else None
+        # Whose session this channel carries (None: the gateway's own); the latest identity of that
+        # principal, so a renewed access token is the one exchanged.
+        self.caller = caller
         self._closed = False
 
     @property
@@ -115,7 +124,7 @@ class HttpChannel:
     async def _authorized(self, headers: dict[str, str], bearer: Bearer | None) -> dict[str, str]:
         """`headers` with the request's Authorization: the caller's token, else the gateway's own."""
         if bearer is None and self._credentials is not None:
-            bearer = await self._credentials.bearer(None)
+            bearer = await self._credentials.bearer(self.caller)
         if bearer is not None:
             headers["authorization"] = bearer.header
         return headers
@@ -136,16 +145,16 @@ class HttpChannel:
         if bearer is not None or self._credentials is not None:  # static: the headers as configured
             headers = await self._authorized(headers, bearer)
         body = json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode()
-        if "method" not in message or "id" not in message:
-            await self._send_only(message, HttpRequest("POST", self.url, headers, body))
-            return None
-        if negotiated.version == MODERN_VERSION:
-            method = message["method"]
+        method = message.get("method")
+        if negotiated.version == MODERN_VERSION and isinstance(method, str):  # requests and notifications
             headers["mcp-method"] = method
             key = name_key(method)  # the body parameter Mcp-Name mirrors (gateway/name_header.py)
             name = (message.get("params") or {}).get(key) if key else None
             if isinstance(name, str):
                 headers["mcp-name"] = encode_header_value(name)
+        if method is None or "id" not in message:
+            await self._send_only(message, HttpRequest("POST", self.url, headers, body))
+            return None
         entered = False
         try:
             async with self.transport.stream(HttpRequest("POST", self.url, headers, body)) as response:
@@ -285,7 +294,8 @@ class HttpChannel:
                         pass
                 except (TransportError, UpstreamError):
                     pass
-        await self.transport.aclose()
+        if self._owns_transport:
+            await self.transport.aclose()
 
 
 def unauthorized_text(status: int, challenge: str, sent_credentials: bool) -> str:

@@ -1,0 +1,115 @@
+"""The era per caller (issue 26 item 2, docs/interop.md "The era per caller"): with `protocol: auto`,
+a handshake-era caller that can be asked something reaches an upstream serving both eras on the
+handshake era, where a tool that asks through its session works; everything else keeps 2026-07-28.
+
+The upstream is an ordinary MCP SDK 2.x server (tests/support/asking_server.py: `MCPServer`,
+`ctx.elicit`, `ctx.session.create_message`) with sessions, which serves both eras; the clients are
+the SDK's own, through a real stateful `dex-gateway serve`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import Client
+from mcp.shared.exceptions import MCPError
+
+from tests.interop.support import Recorder, client, gateway_for, text_of
+from tests.support.gateway import http_upstream
+from tests.support.processes import spawn_listening, terminate
+from tests.support.servers import REPO_ROOT, start_http_server
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120),
+              pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")]
+
+SERVER = REPO_ROOT / "tests" / "support" / "asking_server.py"
+
+
+@contextmanager
+def asking_server(*more: str) -> Iterator[str]:
+    lines: list[str] = []
+    argv = [sys.executable, str(SERVER), "--transport", "http", "--stateful", "--port", "0", *more]
+    process, url = spawn_listening(argv, cwd=REPO_ROOT, env=dict(os.environ), name="asking", lines=lines,
+                                   ready_timeout=30)
+    assert url is not None, "the asking server did not start:\n" + "\n".join(lines)
+    try:
+        yield url
+    finally:
+        terminate(process)
+
+
+@pytest.fixture(scope="module")
+def upstream_url() -> Iterator[str]:
+    with asking_server() as url:
+        yield url
+
+
+async def failure(session: Client, tool: str) -> str:
+    """The text of a call that must fail (a failed result or a JSON-RPC error)."""
+    try:
+        result = await session.call_tool(tool, {})
+    except MCPError as exc:
+        return exc.error.message
+    assert result.is_error, text_of(result)
+    return text_of(result)
+
+
+async def test_a_handshake_client_that_can_answer_gets_the_session_questions(tmp_path: Path, upstream_url: str) -> None:
+    with gateway_for(tmp_path, http_upstream("ask", upstream_url, prefix="", keyless_writes="pass")) as gateway:
+        recorder = Recorder()
+        async with client(gateway.url, mode="legacy", recorder=recorder) as legacy:
+            assert text_of(await legacy.call_tool("ask_name", {})) == "hello Ada"
+            assert text_of(await legacy.call_tool("ask_model", {"question": "hi?"})) == "the model said: sampled"
+            assert text_of(await legacy.call_tool("echo", {"text": "x"})) == "echo: x"
+        assert recorder.asked == ["elicitation/create", "sampling/createMessage"]
+        assert gateway.log.count("opening a handshake-era session for callers that can be asked") == 1
+
+
+async def test_other_callers_keep_2026_07_28(tmp_path: Path, upstream_url: str) -> None:
+    # A 2026-07-28 caller stays on 2026-07-28 (its plain calls stand alone: any replica, no session);
+    # such a tool cannot ask there, and the client is told so, not left hanging.
+    with gateway_for(tmp_path, http_upstream("ask", upstream_url, prefix="", keyless_writes="pass")) as gateway:
+        recorder = Recorder()
+        async with client(gateway.url, mode="2026-07-28", recorder=recorder) as modern:
+            assert text_of(await modern.call_tool("echo", {"text": "y"})) == "echo: y"
+            assert "back-channel" in await failure(modern, "ask_name")
+        assert recorder.asked == []
+        assert "opening a handshake-era session" not in gateway.log
+
+
+async def test_protocol_set_by_the_operator_overrides_the_choice(tmp_path: Path, upstream_url: str) -> None:
+    with gateway_for(tmp_path, http_upstream("ask", upstream_url, prefix="", keyless_writes="pass", protocol="2026-07-28")) as gateway:
+        recorder = Recorder()
+        async with client(gateway.url, mode="legacy", recorder=recorder) as legacy:
+            assert text_of(await legacy.call_tool("echo", {"text": "z"})) == "echo: z"
+            assert "back-channel" in await failure(legacy, "ask_name")
+        assert recorder.asked == []
+
+
+async def test_an_upstream_that_refuses_the_handshake_era_keeps_every_caller_on_2026(tmp_path: Path) -> None:
+    with asking_server("--modern-only") as url, \
+            gateway_for(tmp_path, http_upstream("ask", url, prefix="", keyless_writes="pass")) as gateway:
+        recorder = Recorder()
+        async with client(gateway.url, mode="legacy", recorder=recorder) as legacy:
+            assert text_of(await legacy.call_tool("echo", {"text": "1"})) == "echo: 1"  # not lost to the refusal
+            assert text_of(await legacy.call_tool("echo", {"text": "2"})) == "echo: 2"
+        assert gateway.log.count("no handshake era") == 1  # asked once, then not again for a while
+
+
+async def test_a_tool_the_upstream_runs_as_a_task_keeps_2026_and_asks_inside_the_task(tmp_path: Path) -> None:
+    # examples/servers/tasks_server.py asks only inside a task (input_required): its tools declare
+    # execution.taskSupport on the handshake era, so an askable handshake caller stays on 2026-07-28.
+    with start_http_server("tasks_server", state_dir=tmp_path / "up") as server, \
+            gateway_for(tmp_path, http_upstream("t", server.url, prefix="", keyless_writes="pass")) as gateway:
+        recorder = Recorder()
+        async with client(gateway.url, mode="legacy", recorder=recorder) as legacy:
+            with anyio.fail_after(30):
+                result = await legacy.call_tool("confirm_delete", {"filename": "a.txt"})
+            assert text_of(result) == "deleted a.txt", text_of(result)
+        assert recorder.asked == ["elicitation/create"]
