@@ -28,6 +28,7 @@ ENV DEX_GATEWAY_CONFIG=/etc/dex-gateway/gateway.yaml \
     DEX_FENCES_STORE=sqlite:////var/lib/dex-gateway/gateway.db \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
+    OPENBLAS_NUM_THREADS=1 \
     TMPDIR=/tmp
 WORKDIR /var/lib/dex-gateway
 USER 10001:10001

@@ -39,6 +39,8 @@ from .tasks import HostTasks, TaskCaller
 
 log = logging.getLogger(__name__)
 
+SEARCH_TOOLS = "search_tools"  # the gateway's discovery tool (docs/discovery.md)
+
 # JSON-RPC codes the SDK client raises itself when the exchange broke after the request left
 # (its read timeout, a closed connection): not answers from the gateway.
 _CLIENT_SIDE_CODES = frozenset({types.REQUEST_TIMEOUT, types.CONNECTION_CLOSED})
@@ -162,6 +164,8 @@ class GatewayToolSource:
         # Tools that need a task are called as one; their task ids are kept in `tasks` (agent_host/gateway_client/tasks.py).
         self.task_caller = TaskCaller(self._connection, tasks) if tasks is not None else None
         self._task_tools: set[str] = set()
+        # Discovery (docs/discovery.md): tools found by the gateway's search_tools, offered from then on.
+        self._discovered: dict[str, GatewayTool] = {}
         self._clock = clock
         self._images = images  # keeps the inline images of a gateway without a media store
 
@@ -177,6 +181,24 @@ class GatewayToolSource:
         except Exception as exc:  # noqa: BLE001 - any failure of the listing is the gateway's, told in one line
             raise GatewayUnavailable(f"listing the tools of the gateway at {self.url} failed: {describe(exc)}") from None
 
+    @property
+    def discovered(self) -> list[GatewayTool]:
+        """The tools search_tools answered so far (they join every later listing)."""
+        return list(self._discovered.values())
+
+    def _note_discovered(self, name: str, answer: Answer) -> None:
+        """A search_tools answer's definitions (`structuredContent.tools`), kept to be offered."""
+        found = (answer.structured_content or {}).get("tools") if name == SEARCH_TOOLS else None
+        if answer.is_error or not isinstance(found, list):
+            return
+        for definition in found:
+            try:
+                tool = _listed(types.Tool.model_validate(definition))
+            except ValueError:
+                log.warning("search_tools answered a tool definition that is not valid; left out")
+                continue
+            self._discovered[tool.name] = tool
+
     async def _list_all(self) -> list[GatewayTool]:
         tools: list[GatewayTool] = []
         async with self._connection.session() as client:
@@ -186,6 +208,8 @@ class GatewayToolSource:
                 tools.extend(_listed(tool) for tool in page.tools)
                 cursor = page.next_cursor
                 if not cursor:
+                    listed = {t.name for t in tools}
+                    tools += [t for t in self._discovered.values() if t.name not in listed]
                     self._task_tools = {t.name for t in tools if t.task_support == "required"}
                     return tools
 
@@ -208,6 +232,7 @@ class GatewayToolSource:
             if not isinstance(resolved, SendAgain):
                 sent = attempt - 1 if isinstance(event, NotSent) else attempt
                 kept = resolved if self._images is None else await self._images.keep_inline(resolved)
+                self._note_discovered(name, kept)
                 return call_result(name, kept, sent)
             log.info("%s (key %s): attempt %d interrupted (%s); sending again", name, request.key, attempt, resolved.reason)
         raise AssertionError("resolve_attempt sends again only below the plan's last attempt")

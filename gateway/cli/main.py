@@ -21,7 +21,9 @@ from ..config.model import GatewayConfig, load_config, with_server_overrides
 from ..connectors import validate_cli
 from ..conventions import check_cli
 from ..config.durations import parse_duration
-from ..errors import ConfigError
+from ..errors import ConfigError, RequestError
+from ..pipeline.discovery import MAX_LIMIT, build_index, parse_search, search_routes
+from ..pipeline.tool_search import load_embedder
 from ..tasks import admin as tasks_admin
 from ..audit import admin as audit_admin
 from ..approvals import cli as approvals_cli
@@ -73,11 +75,19 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--replica-id", help=argparse.SUPPRESS)
     serve.set_defaults(run=_serve)
 
-    tools = sub.add_parser("tools", help="print the aggregated tools with effect and approval; `tools review`")
+    tools = sub.add_parser("tools", help="print the aggregated tools with effect and approval; `tools search`, `tools review`")
     _config_arg(tools)
     tools.add_argument("--json", action="store_true", help="machine-readable output")
     tools.set_defaults(run=_tools)
     tsub = tools.add_subparsers(dest="tools_command")
+    search = tsub.add_parser("search", help="the tools that best match a plain-words query (docs/discovery.md)")
+    _config_arg(search)
+    search.add_argument("query", help="what the tool should do, in plain words")
+    search.add_argument("--json", action="store_true", help="the full tool definitions, as search_tools answers them")
+    search.add_argument("--limit", type=int, default=10, help=f"how many tools (1..{MAX_LIMIT}; default 10)")
+    search.add_argument("--effect", help="only tools with this effect (read, idempotent_write, ...)")
+    search.add_argument("--upstream", help="only tools of this upstream")
+    search.set_defaults(run=_tools_search)
     review = tsub.add_parser("review", help="tool definitions awaiting review (pinning): diff, accept, reject")
     pins_cli.configure_parser(review)
 
@@ -179,6 +189,29 @@ def _tools(args: argparse.Namespace) -> int:
         print(json.dumps(rows, indent=2))
         return 0
     _print_table(rows, ["name", "effect", "approval", "source", "description"])
+    return 0
+
+
+def _tools_search(args: argparse.Namespace) -> int:
+    arguments = {k: v for k, v in (("query", args.query), ("limit", args.limit), ("effect", args.effect),
+                                   ("upstream", args.upstream)) if v is not None}
+    try:
+        query = parse_search(arguments)
+    except RequestError as exc:
+        print(f"dex-gateway tools search: {exc.message.removeprefix('search_tools: ')}", file=sys.stderr)
+        return 2
+    config = load_config(args.config)
+    routes = anyio.run(_collect_tools, config)
+    found = search_routes(build_index(routes, load_embedder()), routes, query)
+    if args.json:
+        print(json.dumps({"tools": [r.definition for r in found]}, indent=2))
+        return 0
+    rows = [{"rank": str(i), "name": r.name, "effect": r.effect.value,
+             "approval": "recommended" if r.classification.requires_approval else "",
+             "source": r.upstream or "connector",
+             "description": (r.definition.get("description") or "").split("\n")[0][:60]}
+            for i, r in enumerate(found, 1)]
+    _print_table(rows, ["rank", "name", "effect", "approval", "source", "description"])
     return 0
 
 

@@ -28,7 +28,8 @@ __all__ = [
     "CONFIG_ENV_VAR", "DEFAULT_CONFIG_PATH", "ApprovalsConfig", "ApproverTokenConfig", "AuditConfig", "AuthConfig",
     "PolicyConfig", "ConnectorsConfig", "FencesConfig",
     "GatewayConfig", "HttpUpstreamConfig", "MediaConfig", "OAuthConfig", "RateConfig", "RateLimitsConfig", "RootConfig",
-    "ServerConfig", "StdioUpstreamConfig", "TasksConfig", "TelemetryConfig", "TokenConfig",
+    "DiscoveryConfig", "ServerConfig", "StdioUpstreamConfig", "TasksConfig", "TelemetryConfig", "TokenConfig",
+    "TokenDiscoveryConfig",
     "ToolPolicyConfig", "UpstreamConfig",
     "config_from_text", "is_loopback_host", "load_config", "parse_config", "with_server_overrides",
 ]
@@ -101,6 +102,20 @@ class ServerConfig(_Strict):
         return v.rstrip("/")
 
 
+class DiscoveryConfig(_Strict):
+    """Search-based tool discovery (docs/discovery.md): `full` lists every tool; `search` lists
+    the `always` tools (name globs) plus the gateway's `search_tools` and `call_tool`."""
+
+    mode: Literal["full", "search"] = "full"
+    always: list[str] = Field(default_factory=list)
+
+
+class TokenDiscoveryConfig(_Strict):
+    """A token's own discovery mode (overrides the top-level `discovery.mode`)."""
+
+    mode: Literal["full", "search"]
+
+
 class TokenConfig(_Strict):
     principal: str = Field(min_length=1)
     token_sha256: str = Field(pattern=r"^[0-9a-fA-F]{64}$")
@@ -116,6 +131,8 @@ class TokenConfig(_Strict):
     upstreams: list[str] | None = None
     # This principal's tools/call rate (instead of rate_limits.per_principal).
     rate_limit: RateConfig | None = None
+    # This principal's discovery mode (docs/discovery.md); None: the top-level `discovery.mode`.
+    discovery: TokenDiscoveryConfig | None = None
     # Who approves this principal's calls that need approval (docs/approvals.md): `client` trusts
     # the client's own approval channel; `gateway` holds each such call for a person's decision.
     approvals: Literal["client", "gateway"] = "client"
@@ -405,6 +422,8 @@ class GatewayConfig(_Strict):
     # Rules over the call: tool, arguments, principal, claims (gateway/config/policy.py, docs/policy.md).
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     audit: AuditConfig = Field(default_factory=AuditConfig)
+    # Search-based tool discovery (docs/discovery.md).
+    discovery: DiscoveryConfig = Field(default_factory=DiscoveryConfig)
     # Calls held for a person's decision (docs/approvals.md).
     approvals: ApprovalsConfig = Field(default_factory=ApprovalsConfig)
 

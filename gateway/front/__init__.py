@@ -23,6 +23,7 @@ from starlette.types import ASGIApp
 
 from ..pipeline.calls import CallPipeline
 from ..pipeline.catalog import Catalog
+from ..pipeline.discovery import Discovery
 from ..config.model import GatewayConfig
 from ..media.serving import MediaReader
 from ..pipeline.passthrough import Passthrough
@@ -75,8 +76,10 @@ def build_front(
     policy: Policy = NO_POLICY,
 ) -> Front:
     server_info = SERVER_INFO
-    tool_calls = ToolCalls(pipeline, server_info)
-    listing = ToolListing(catalog, scope, server_info, policy)
+    discovery = Discovery(config.discovery, config.auth.tokens, catalog, scope, policy)
+    offered = discovery if discovery.offered else None
+    tool_calls = ToolCalls(pipeline, server_info, offered)
+    listing = ToolListing(catalog, scope, server_info, policy, discovery=offered)
     passthrough = Passthrough(catalog, upstreams, scope, media)
     listen = ListenStreams(events, watch, scope)
     parts = FrontParts(catalog, passthrough, tool_calls, listing, events.sessions, watch, listen, dict(server_info), tasks,

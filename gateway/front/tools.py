@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 
+from ..conventions.answers import Answer
 from ..pipeline.calls import CallPipeline
 from ..pipeline.catalog import Catalog
+from ..pipeline.discovery import (
+    CALL_TOOL, CALL_TOOL_DEFINITION, SEARCH_TOOLS, SEARCH_TOOLS_DEFINITION, Discovery, parse_search, unwrap_call,
+)
 from ..pipeline.rounds import round_params
 from ..pipeline.stages import Answered, InputRound, TaskCreated, ToolCall
 from ..errors import RequestError
@@ -69,12 +73,24 @@ def parse_tool_call(params: Any) -> ToolCallRequest:
 class ToolCalls:
     """Answers `tools/call` for a principal: the pipeline's result in the era's wire form."""
 
-    def __init__(self, pipeline: CallPipeline, server_info: Mapping[str, Any]) -> None:
+    def __init__(self, pipeline: CallPipeline, server_info: Mapping[str, Any],
+                 discovery: Discovery | None = None) -> None:
         self._pipeline = pipeline
         self._server_info = server_info
+        self._discovery = discovery
 
     async def result(self, identity: Identity, request: ToolCallRequest, relay: CallRelay | None, *, era: Era) -> Result:
-        """The wire result; raises RequestError (the JSON-RPC error to answer instead)."""
+        """The wire result; raises RequestError (the JSON-RPC error to answer instead).
+
+        A principal in discovery's search mode also has the gateway's `search_tools` (answered
+        here) and `call_tool`, which becomes a call of its target, sent through the same pipeline
+        with the client's `_meta` (its idempotency key fences the target call)."""
+        discovery = self._discovery
+        if discovery is not None and request.name in (SEARCH_TOOLS, CALL_TOOL) and discovery.searching(identity.principal):
+            if request.name == SEARCH_TOOLS:
+                return await self._search(discovery, identity, request, era)
+            name, arguments = unwrap_call(request.arguments)
+            request = replace(request, name=name, arguments=arguments)
         call = ToolCall(principal=identity.principal, name=request.name, arguments=request.arguments, meta=request.meta,
                         relay=relay, era=era, task=request.task, rounds=request.rounds, identity=identity)
         try:
@@ -93,6 +109,15 @@ class ToolCalls:
             case Answered():
                 return tool_result(result.answer, era=era, server_info=self._server_info)
 
+    async def _search(self, discovery: Discovery, identity: Identity, request: ToolCallRequest, era: Era) -> Result:
+        query = parse_search(request.arguments)
+        tools = [_for_era(t, era) for t in await discovery.search(identity, query)]
+        lines = [f"{len(tools)} tool(s) for {query.query!r}:"]
+        lines += [f"- {t['name']}: {str(t.get('description') or '').splitlines()[0] if t.get('description') else ''}"
+                  for t in tools]
+        answer = Answer(content=[{"type": "text", "text": "\n".join(lines)}], structured_content={"tools": tools})
+        return tool_result(answer, era=era, server_info=self._server_info)
+
 
 class ToolListing:
     """The merged `tools/list` result, built and encoded once per catalog version, principal
@@ -107,15 +132,16 @@ class ToolListing:
     oldest goes first)."""
 
     def __init__(self, catalog: Catalog, scope: PrincipalScope, server_info: Mapping[str, Any],
-                 policy: Policy = NO_POLICY, *, max_entries: int = 1024) -> None:
+                 policy: Policy = NO_POLICY, *, max_entries: int = 1024, discovery: Discovery | None = None) -> None:
         self._catalog = catalog
+        self._discovery = discovery
         self._scope = scope
         self._policy = policy
         self._server_info = server_info
         self._max_entries = max_entries
         self._version: object = None
         self._hidden: dict[tuple[Any, Any], frozenset[str]] = {}
-        self._cache: dict[tuple[Any, frozenset[str], Era], tuple[dict[str, Any], bytes]] = {}
+        self._cache: dict[tuple[Any, frozenset[str], Era, bool], tuple[dict[str, Any], bytes]] = {}
 
     async def result(self, identity: Identity, *, era: Era) -> dict[str, Any]:
         """The result dict (a fresh top level: callers may add to it)."""
@@ -140,11 +166,17 @@ class ToolListing:
                                   and self._policy.hides(identity, r.name, r.upstream))
                 _bounded_put(self._hidden, hidden_key, found, self._max_entries)
             hidden = found
-        key = (scope_key, hidden, era)
+        discovery = self._discovery
+        searching = discovery is not None and discovery.searching(principal)
+        key = (scope_key, hidden, era, searching)
         entry = self._cache.get(key)
         if entry is None:
             tools = [_for_era(r.definition, era) for r in routes
                      if r.name not in hidden and self._scope.may_use_tool(principal, r.name, r.upstream)]
+            if discovery is not None and searching:
+                # Search mode (docs/discovery.md): the `always` tools, then the gateway's two.
+                tools = [t for t in tools if discovery.always_listed(t["name"]) and t["name"] not in (SEARCH_TOOLS, CALL_TOOL)]
+                tools += [SEARCH_TOOLS_DEFINITION, CALL_TOOL_DEFINITION]
             result = list_result("tools", tools, era=era, server_info=self._server_info)
             entry = (result, encode_message(result, era=era))
             _bounded_put(self._cache, key, entry, self._max_entries)

@@ -192,3 +192,16 @@ def plan_then_execute(request: ModelRequest) -> ModelResponse:
             {"content": "read the balance of acme", "status": "completed"},
             {"content": "report it", "status": "completed"}])])
     return ModelResponse(text="EXECUTED: " + " | ".join(m.text for m in request.messages if m.role == "tool"))
+
+
+def discover_and_call(request: ModelRequest) -> ModelResponse:
+    """Discovery (docs/discovery.md): the gateway lists only search_tools and call_tool; search for
+    the balance tool, then call it by its own name once it is offered."""
+    offered = {t.name for t in request.tools}
+    if request.model_call == 1:
+        if any(name.endswith("get_balance") for name in offered):
+            raise AssertionError(f"get_balance was listed before any search: {sorted(offered)}")
+        return ModelResponse(tool_calls=[call(request, 0, "search_tools", query="balance of an account", limit=3)])
+    if request.model_call == 2:
+        return ModelResponse(tool_calls=[call(request, 0, _tool(request, "get_balance"), account="acme")])
+    return _summary(request)
