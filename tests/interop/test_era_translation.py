@@ -1,8 +1,8 @@
 """Each era's features carried across the gateway (issue 13), against the conformance reference
-server (conformance/reference_server.py) speaking both eras -- the gateway's `protocol: auto`
-picks 2026-07-28 towards it, except for a handshake-era caller that can be asked something, which
-it reaches on the handshake era (docs/interop.md, "The era per caller") -- over Streamable HTTP,
-and over stdio with `protocol: 2026-07-28` (one era for every caller: the translation itself).
+server (conformance/reference_server.py) speaking both eras, spoken to on 2026-07-28 for every
+caller (`protocol: 2026-07-28`: with `auto`, a handshake-era caller that can be asked something
+reaches it on the handshake era instead -- docs/interop.md, "The era per caller"), over Streamable
+HTTP and over stdio.
 
 * A handshake-era client (stateful gateway) of a 2026-07-28 upstream: the upstream's
   `input_required` rounds become elicitation/sampling/roots requests on the client's session;
@@ -39,8 +39,11 @@ def gateway_with_reference(tmp_path: Path, upstream_kind: str, *, stateful: bool
     with ExitStack() as stack:
         state = tmp_path / "reference"
         if upstream_kind == "http":
+            # 2026-07-28 for every caller: with `auto`, a handshake caller that can be asked would
+            # reach this both-eras server on the handshake era (the era per caller,
+            # tests/interop/test_era_per_caller.py), and the translation would not be exercised.
             upstream = http_upstream("ref", stack.enter_context(reference_http(state_dir=state)), prefix="",
-                                     keyless_writes="pass")
+                                     keyless_writes="pass", protocol="2026-07-28")
         else:
             upstream = reference_stdio(state, protocol="2026-07-28")
         yield stack.enter_context(gateway_for(tmp_path, upstream, stateful=stateful))
