@@ -34,3 +34,51 @@ def test_the_scripted_model_finds_and_calls_a_tool_it_was_not_listed(tmp_path: P
     assert [(c["name"], c["status"]) for c in calls] == [("search_tools", "succeeded"), ("payments__get_balance", "succeeded")]
     assert calls[1]["effect"] == "read"  # classified from the Dex _meta that search_tools carried
     assert "payments__get_balance" in calls[0]["result_text"]
+
+
+def test_the_approval_card_of_call_tool_shows_the_target_call(tmp_path: Path) -> None:
+    """call_tool is published as needing approval; the card the person sees names the target tool
+    and its arguments (what runs), never `call_tool`; the stored call stays call_tool's."""
+    config = write_config(tmp_path, {
+        "discovery": {"mode": "search"},
+        "upstreams": [stdio_upstream("payments", "dex_server", state_dir=tmp_path / "p")],
+    })
+    store = tmp_path / "s.db"
+    with start_gateway(config) as gw:
+        proc = dex_agent("--store", str(store), "run", "--gateway", gw.url, "--session", "s-card",
+                         "--model", SCRIPTS + "refund_through_call_tool", "--yes", "refund order 5521")
+        assert proc.finish() == 0, proc.output
+    card = [line for line in proc.output.splitlines() if line.startswith("  +-- ") or line.startswith("  |   ")]
+    assert "  +-- refund wants to run" in card, proc.output
+    assert '  |   refund(order: "5521", amount: 40)' in card, proc.output
+    assert not any("call_tool" in line for line in card), proc.output
+    # The effect the search answer carried for the target, not call_tool's `unclassified`.
+    assert any(line.startswith("  |   tool payments__refund · non_idempotent_write · approval") for line in card), proc.output
+    shown = dex_agent("--store", str(store), "sessions", "show", "s-card", "--json")
+    assert shown.finish() == 0, shown.output
+    calls = json.loads(shown.output)["tool_calls"]
+    assert [(c["name"], c["status"]) for c in calls] == [("search_tools", "succeeded"), ("call_tool", "succeeded")]
+    assert "refund rf-1 of 40 EUR" in calls[1]["result_text"]
+
+
+def test_found_tools_are_kept_by_the_session_store_for_a_resumed_session(tmp_path: Path) -> None:
+    """A session finds get_balance, then a new host process on the same store offers it to the
+    model at once: no search again (the scripted model fails if it is not offered)."""
+    config = write_config(tmp_path, {
+        "discovery": {"mode": "search"},
+        "upstreams": [stdio_upstream("payments", "dex_server", state_dir=tmp_path / "p")],
+    })
+    store = tmp_path / "s.db"
+    with start_gateway(config) as gw:
+        first = dex_agent("--store", str(store), "run", "--gateway", gw.url, "--session", "s-keep",
+                          "--model", SCRIPTS + "discover_and_call", "--yes", "what is the balance of acme")
+        assert first.finish() == 0, first.output
+        again = dex_agent("--store", str(store), "run", "--gateway", gw.url, "--session", "s-keep",
+                          "--model", SCRIPTS + "call_found_at_once", "--yes", "and the balance of acme again")
+        assert again.finish() == 0, again.output
+    shown = dex_agent("--store", str(store), "sessions", "show", "s-keep", "--json")
+    assert shown.finish() == 0, shown.output
+    calls = json.loads(shown.output)["tool_calls"]
+    assert [(c["name"], c["status"]) for c in calls] == [
+        ("search_tools", "succeeded"), ("payments__get_balance", "succeeded"), ("payments__get_balance", "succeeded"),
+    ]
