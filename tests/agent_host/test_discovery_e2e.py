@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import json
 import sys
+from contextlib import ExitStack
 from pathlib import Path
+
+import pytest
 
 from tests.agent_host.host_support import dex_agent
 from tests.support.gateway import start_gateway, stdio_upstream, write_config
+from tests.support.postgres import fresh_schema_url
 from tests.support.servers import REPO_ROOT
 
 SCRIPTS = "scripted:tests.agent_host.scripts:"
@@ -61,14 +65,21 @@ def test_the_approval_card_of_call_tool_shows_the_target_call(tmp_path: Path) ->
     assert "refund rf-1 of 40 EUR" in calls[1]["result_text"]
 
 
-def test_found_tools_are_kept_by_the_session_store_for_a_resumed_session(tmp_path: Path) -> None:
-    """A session finds get_balance, then a new host process on the same store offers it to the
-    model at once: no search again (the scripted model fails if it is not offered)."""
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_found_tools_are_kept_by_the_session_store_for_a_resumed_session(tmp_path: Path, backend: str) -> None:
+    """A session finds get_balance, then a new host process on the same store (SQLite or
+    PostgreSQL) offers it to the model at once: no search again (the scripted model fails if it is
+    not offered)."""
+    with ExitStack() as stack:
+        store = str(tmp_path / "s.db") if backend == "sqlite" else stack.enter_context(fresh_schema_url("found"))
+        _find_then_resume(tmp_path, store)
+
+
+def _find_then_resume(tmp_path: Path, store: str) -> None:
     config = write_config(tmp_path, {
         "discovery": {"mode": "search"},
         "upstreams": [stdio_upstream("payments", "dex_server", state_dir=tmp_path / "p")],
     })
-    store = tmp_path / "s.db"
     with start_gateway(config) as gw:
         first = dex_agent("--store", str(store), "run", "--gateway", gw.url, "--session", "s-keep",
                           "--model", SCRIPTS + "discover_and_call", "--yes", "what is the balance of acme")
