@@ -1,32 +1,32 @@
-"""The agent host on the scripted model through a gateway of 1,000 tools in discovery's search
-mode (docs/discovery.md): it starts with search_tools, finds a tool it was not listed, and calls
-it by name; the session store records both calls."""
+"""The agent host through a gateway in discovery's search mode (docs/discovery.md): on the
+scripted model and on `openai:` against a recorded response set, through 1,000 tools it starts
+with search_tools, finds a tool it was not listed, and calls it by name; a call through call_tool
+gets its target's approval card; a resumed session (a new process, SQLite or PostgreSQL) is
+offered the tools it found at once."""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from contextlib import ExitStack
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.agent_host.host_support import dex_agent
 from tests.support.gateway import start_gateway, stdio_upstream, write_config
 from tests.support.postgres import fresh_schema_url
+from tests.support.processes import spawn_listening, terminate
 from tests.support.servers import REPO_ROOT
 
 SCRIPTS = "scripted:tests.agent_host.scripts:"
+RECORDED_OPENAI = REPO_ROOT / "tests" / "support" / "recorded_openai_server.py"
 
 
 def test_the_scripted_model_finds_and_calls_a_tool_it_was_not_listed(tmp_path: Path) -> None:
-    many = [{"name": f"m{i}", "transport": "stdio", "command": sys.executable,
-             "args": [str(REPO_ROOT / "bench" / "many_tools_server.py"), "--tools", "1000", "--name", f"m{i}"]}
-            for i in range(1)]
-    config = write_config(tmp_path, {
-        "discovery": {"mode": "search"},
-        "upstreams": [*many, stdio_upstream("payments", "dex_server", state_dir=tmp_path / "p")],
-    })
+    config = _thousand_and_payments(tmp_path)
     store = tmp_path / "s.db"
     with start_gateway(config) as gw:
         proc = dex_agent("--store", str(store), "run", "--gateway", gw.url, "--session", "s-find",
@@ -93,3 +93,45 @@ def _find_then_resume(tmp_path: Path, store: str) -> None:
     assert [(c["name"], c["status"]) for c in calls] == [
         ("search_tools", "succeeded"), ("payments__get_balance", "succeeded"), ("payments__get_balance", "succeeded"),
     ]
+
+
+def _thousand_and_payments(tmp_path: Path) -> Path:
+    return write_config(tmp_path, {
+        "discovery": {"mode": "search"},
+        "upstreams": [
+            {"name": "m0", "transport": "stdio", "command": sys.executable,
+             "args": [str(REPO_ROOT / "bench" / "many_tools_server.py"), "--tools", "1000", "--name", "m0"]},
+            stdio_upstream("payments", "dex_server", state_dir=tmp_path / "p"),
+        ],
+    })
+
+
+def test_an_openai_model_finds_and_calls_a_tool_through_a_recorded_response_set(tmp_path: Path) -> None:
+    """`--model openai:…` (the real OpenAI-compatible client) against a recorded response set:
+    through 1,000 tools the model is offered search_tools and call_tool, searches, is offered the
+    tool it found in the next request, and calls it by name."""
+    lines: list[str] = []
+    recording = REPO_ROOT / "tests" / "agent_host" / "recorded" / "openai_discovery.json"
+    api, url = spawn_listening([sys.executable, str(RECORDED_OPENAI), str(recording)], cwd=REPO_ROOT,
+                               env=dict(os.environ), name="recorded-openai", lines=lines, ready_timeout=20)
+    try:
+        assert url is not None, "\n".join(lines)
+        root = url.rsplit("/", 1)[0]
+        store = tmp_path / "s.db"
+        with start_gateway(_thousand_and_payments(tmp_path)) as gw:
+            proc = dex_agent("--store", str(store), "run", "--gateway", gw.url, "--session", "s-openai",
+                             "--model", "openai:recorded-model", "--openai-base-url", root + "/v1", "--no-stream",
+                             "--yes", "what is the balance of acme")
+            assert proc.finish() == 0, proc.output
+        seen = httpx.get(root + "/seen", timeout=10).json()
+    finally:
+        terminate(api)
+    offered = [{t["function"]["name"] for t in body.get("tools", [])} for body in seen]
+    assert len(seen) == 3 and {"search_tools", "call_tool"} <= offered[0], offered
+    assert "payments__get_balance" not in offered[0] and len(offered[0]) < 128, sorted(offered[0])
+    assert "payments__get_balance" in offered[1], sorted(offered[1])
+    shown = dex_agent("--store", str(store), "sessions", "show", "s-openai", "--json")
+    assert shown.finish() == 0, shown.output
+    calls = json.loads(shown.output)["tool_calls"]
+    assert [(c["name"], c["status"]) for c in calls] == [("search_tools", "succeeded"), ("payments__get_balance", "succeeded")]
+    assert "acme" in calls[1]["result_text"], calls[1]["result_text"]
