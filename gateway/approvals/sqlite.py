@@ -4,11 +4,9 @@ connection per operation (`SqliteConnections`), writes in `BEGIN IMMEDIATE`."""
 from __future__ import annotations
 
 import sqlite3
-from pathlib import Path
 
-from ..storage.database import SqliteConnections, write_transaction
-from ..storage.private_files import private_file
-from ..storage.urls import parse_sqlite_url
+from ..storage.database import write_transaction
+from ..storage.tables import SqliteTable
 from .records import Approval, ApprovalState
 from .store import APPROVALS_TABLE, COLUMNS, View, from_row, to_row
 
@@ -28,24 +26,9 @@ CREATE INDEX IF NOT EXISTS {APPROVALS_TABLE}_expires ON {APPROVALS_TABLE} (expir
 _PENDING = "state = 'pending' AND expires_at > ?"
 
 
-class SqliteApprovalStore:
+class SqliteApprovalStore(SqliteTable):
+    SCHEMA = _SCHEMA
     transient_errors: tuple[type[BaseException], ...] = (sqlite3.OperationalError, OSError)
-
-    def __init__(self, path: str | Path, *, busy_timeout_ms: int = 10_000) -> None:
-        self.path = Path(path)
-        self._db = SqliteConnections(path, busy_timeout_ms=busy_timeout_ms)
-
-    @classmethod
-    def from_url(cls, url: str) -> "SqliteApprovalStore":
-        parsed = parse_sqlite_url(url)
-        return cls(parsed.path, busy_timeout_ms=int(parsed.options.get("busy_timeout_ms", 10_000)))
-
-    async def open(self) -> None:
-        private_file(self.path)
-        await self._db.run(_migrate)
-
-    async def close(self) -> None:
-        return None
 
     async def insert(self, approval: Approval) -> Approval:
         return await self._db.run(_insert, approval)
@@ -62,16 +45,6 @@ class SqliteApprovalStore:
 
     async def purge(self, expired_before: float) -> int:
         return await self._db.run(_purge, expired_before)
-
-
-def _migrate(conn: sqlite3.Connection) -> None:
-    conn.execute("PRAGMA journal_mode=WAL")
-
-    def migrate(c: sqlite3.Connection) -> None:
-        for statement in _SCHEMA.split(";"):
-            c.execute(statement)
-
-    write_transaction(conn, migrate)
 
 
 def _get(conn: sqlite3.Connection, approval_id: str) -> Approval | None:

@@ -18,12 +18,10 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from ..storage.database import Database, PoolLease, SqliteConnections, lock_schema, write_transaction
-from ..storage.private_files import private_file
-from ..storage.urls import parse_sqlite_url
+from ..storage.database import Database, write_transaction
+from ..storage.tables import PostgresTable, SqliteTable
 
 if TYPE_CHECKING:
     import asyncpg
@@ -61,8 +59,7 @@ def open_resolution_store(where: str | Database) -> ResolutionStore:
     if database.scheme == "memory":
         return MemoryResolutionStore()
     if database.scheme == "sqlite":
-        parsed = parse_sqlite_url(database.url)
-        return SqliteResolutionStore(parsed.path, busy_timeout_ms=int(parsed.options.get("busy_timeout_ms", 10_000)))
+        return SqliteResolutionStore.from_url(database.url)
     if database.scheme == "postgresql":
         return PostgresResolutionStore(database, owns_database=not isinstance(where, Database))
     raise ValueError(f"unsupported store URL scheme {database.scheme!r}: use memory://, sqlite:///PATH or postgresql://…")
@@ -91,27 +88,12 @@ def _row(row: Any) -> Resolution:
     return Resolution(fence_id=fence_id, note=note, resolved_by=by, resolved_at=float(at))
 
 
-class SqliteResolutionStore:
-    def __init__(self, path: str | Path, *, busy_timeout_ms: int = 10_000) -> None:
-        self.path = Path(path)
-        self._connections = SqliteConnections(self.path, busy_timeout_ms=busy_timeout_ms)
+class SqliteResolutionStore(SqliteTable):
+    SCHEMA = (f"CREATE TABLE IF NOT EXISTS {TABLE} (fence_id TEXT PRIMARY KEY, note TEXT NOT NULL,"
+              " resolved_by TEXT NOT NULL, resolved_at REAL NOT NULL)")
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        return await self._connections.run(fn, *args)
-
-    async def open(self) -> None:
-        private_file(self.path)
-        await self._run(self._migrate)
-
-    @staticmethod
-    def _migrate(conn: sqlite3.Connection) -> None:
-        conn.execute("PRAGMA journal_mode=WAL")
-        write_transaction(conn, lambda c: c.execute(
-            f"CREATE TABLE IF NOT EXISTS {TABLE} (fence_id TEXT PRIMARY KEY, note TEXT NOT NULL,"
-            " resolved_by TEXT NOT NULL, resolved_at REAL NOT NULL)"))
-
-    async def close(self) -> None:
-        return None
+        return await self._db.run(fn, *args)
 
     async def resolve(self, resolution: Resolution) -> tuple[bool, Resolution]:
         def op(conn: sqlite3.Connection) -> tuple[bool, Resolution]:
@@ -139,28 +121,22 @@ class SqliteResolutionStore:
         return await self._run(op)
 
 
-class PostgresResolutionStore:
+class PostgresResolutionStore(PostgresTable):
+    PURPOSE = "dex fence resolutions"
+
     def __init__(self, database: Database, *, owns_database: bool = False) -> None:
-        self.schema = database.postgres.schema
-        self._lease = PoolLease(database, owner=owns_database, name="fence resolution store")
-        self._t = f'"{self.schema}".{TABLE}'
+        super().__init__(database, owns_database=owns_database)
+        self._t = self.table(TABLE)
 
     @property
     def _pool(self) -> "asyncpg.Pool":
-        return self._lease.pool
+        return self.pool
 
-    async def open(self) -> None:
-        if self._lease.held:
-            return
-        async with self._lease.opening() as pool, pool.acquire() as conn, conn.transaction():
-            await lock_schema(conn, self.schema, "dex fence resolutions")
-            await conn.execute(
-                f"CREATE TABLE IF NOT EXISTS {self._t} (fence_id text PRIMARY KEY, note text NOT NULL,"
-                " resolved_by text NOT NULL, resolved_at double precision NOT NULL)"
-            )
-
-    async def close(self) -> None:
-        await self._lease.release()
+    async def create(self, conn: "asyncpg.Connection") -> None:
+        await conn.execute(
+            f"CREATE TABLE IF NOT EXISTS {self._t} (fence_id text PRIMARY KEY, note text NOT NULL,"
+            " resolved_by text NOT NULL, resolved_at double precision NOT NULL)"
+        )
 
     async def resolve(self, resolution: Resolution) -> tuple[bool, Resolution]:
         async with self._pool.acquire() as conn, conn.transaction():

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from ..storage.database import Database, PoolLease, lock_schema
+import asyncpg
+
+from ..storage.database import Database
+from ..storage.tables import PostgresTable
 from .records import Pin
 from .store import COLUMNS, PINS_TABLE, from_row, to_row
 
@@ -11,38 +14,32 @@ __all__ = ["PostgresPinStore"]
 _COLS = ", ".join(COLUMNS)
 
 
-class PostgresPinStore:
+class PostgresPinStore(PostgresTable):
+    PURPOSE = "dex tool pins"
+
     def __init__(self, database: Database, *, owns_database: bool = False) -> None:
-        self.schema = database.postgres.schema
-        self._lease = PoolLease(database, owner=owns_database, name="pin store")
-        self._table = f'"{self.schema}".{PINS_TABLE}'
+        super().__init__(database, owns_database=owns_database)
+        self._table = self.table(PINS_TABLE)
 
-    async def open(self) -> None:
-        if self._lease.held:
-            return
-        async with self._lease.opening() as pool, pool.acquire() as conn, conn.transaction():
-            await lock_schema(conn, self.schema, "dex tool pins")
-            await conn.execute(
-                f"CREATE TABLE IF NOT EXISTS {self._table} (upstream text NOT NULL, tool text NOT NULL,"
-                " state text NOT NULL, pinned_digest text, pinned_definition text, seen_digest text NOT NULL,"
-                " seen_definition text NOT NULL, first_seen_at double precision NOT NULL,"
-                " changed_at double precision, reviewed_by text, reviewed_at double precision,"
-                " updated_at double precision NOT NULL, PRIMARY KEY (upstream, tool))")
-
-    async def close(self) -> None:
-        await self._lease.release()
+    async def create(self, conn: asyncpg.Connection) -> None:
+        await conn.execute(
+            f"CREATE TABLE IF NOT EXISTS {self._table} (upstream text NOT NULL, tool text NOT NULL,"
+            " state text NOT NULL, pinned_digest text, pinned_definition text, seen_digest text NOT NULL,"
+            " seen_definition text NOT NULL, first_seen_at double precision NOT NULL,"
+            " changed_at double precision, reviewed_by text, reviewed_at double precision,"
+            " updated_at double precision NOT NULL, PRIMARY KEY (upstream, tool))")
 
     async def all(self) -> list[Pin]:
-        return [from_row(r) for r in await self._lease.pool.fetch(f"SELECT {_COLS} FROM {self._table}")]
+        return [from_row(r) for r in await self.pool.fetch(f"SELECT {_COLS} FROM {self._table}")]
 
     async def put(self, pins: list[Pin], at: float) -> None:
         placeholders = ", ".join(f"${i}" for i in range(1, len(COLUMNS) + 1))
         updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in COLUMNS[2:])
-        async with self._lease.pool.acquire() as conn, conn.transaction():
+        async with self.pool.acquire() as conn, conn.transaction():
             await conn.executemany(
                 f"INSERT INTO {self._table} ({_COLS}) VALUES ({placeholders})"
                 f" ON CONFLICT (upstream, tool) DO UPDATE SET {updates}", [to_row(pin, at) for pin in pins])
 
     async def stamp(self) -> float:
-        row = await self._lease.pool.fetchrow(f"SELECT max(updated_at) AS at, count(*) AS n FROM {self._table}")
+        row = await self.pool.fetchrow(f"SELECT max(updated_at) AS at, count(*) AS n FROM {self._table}")
         return float(row["at"] or 0.0) + float(row["n"]) * 1e-9

@@ -4,11 +4,9 @@ connection per operation (`SqliteConnections`), writes in `BEGIN IMMEDIATE`."""
 from __future__ import annotations
 
 import sqlite3
-from pathlib import Path
 
-from ..storage.database import SqliteConnections, write_transaction
-from ..storage.private_files import private_file
-from ..storage.urls import parse_sqlite_url
+from ..storage.database import write_transaction
+from ..storage.tables import SqliteTable
 from .records import Pin
 from .store import COLUMNS, PINS_TABLE, from_row, to_row
 
@@ -25,22 +23,8 @@ CREATE INDEX IF NOT EXISTS {PINS_TABLE}_updated ON {PINS_TABLE} (updated_at)
 """
 
 
-class SqlitePinStore:
-    def __init__(self, path: str | Path, *, busy_timeout_ms: int = 10_000) -> None:
-        self.path = Path(path)
-        self._db = SqliteConnections(path, busy_timeout_ms=busy_timeout_ms)
-
-    @classmethod
-    def from_url(cls, url: str) -> "SqlitePinStore":
-        parsed = parse_sqlite_url(url)
-        return cls(parsed.path, busy_timeout_ms=int(parsed.options.get("busy_timeout_ms", 10_000)))
-
-    async def open(self) -> None:
-        private_file(self.path)
-        await self._db.run(_migrate)
-
-    async def close(self) -> None:
-        return None
+class SqlitePinStore(SqliteTable):
+    SCHEMA = _SCHEMA
 
     async def all(self) -> list[Pin]:
         return await self._db.run(_all)
@@ -50,16 +34,6 @@ class SqlitePinStore:
 
     async def stamp(self) -> float:
         return await self._db.run(_stamp)
-
-
-def _migrate(conn: sqlite3.Connection) -> None:
-    conn.execute("PRAGMA journal_mode=WAL")
-
-    def migrate(c: sqlite3.Connection) -> None:
-        for statement in _SCHEMA.split(";"):
-            c.execute(statement)
-
-    write_transaction(conn, migrate)
 
 
 def _all(conn: sqlite3.Connection) -> list[Pin]:

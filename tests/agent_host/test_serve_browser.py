@@ -9,7 +9,8 @@ from typing import Any
 
 from tests.agent_host.host_support import Stack
 from tests.agent_host.serve_support import TOKEN, start_serve
-from tests.agent_host.test_browser import ARTIFACTS, WAIT_MS, browser, expect, open_page, page  # noqa: F401  (fixtures)
+from tests.agent_host.test_browser import WAIT_MS, browser, expect, open_page, page  # noqa: F401  (fixtures)
+from tests.support.browser import ARTIFACTS
 from tests.support.servers import read_executions
 
 

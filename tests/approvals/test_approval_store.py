@@ -3,8 +3,6 @@ rules (binding, first decision wins, self-approval, expiry) and the card's escap
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -14,20 +12,9 @@ from gateway.approvals.service import Approvals
 from gateway.config.model import ApprovalsConfig
 from gateway.errors import ApprovalNotFound, SelfApproval
 from gateway.storage.database import Database, opened
-from tests.support.postgres import fresh_schema_url
+from tests.support.postgres import store_url  # noqa: F401 (the fixture: memory, SQLite, PostgreSQL)
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "memory":
-        yield "memory://"
-    elif request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'gateway.db'}"
-    else:
-        with fresh_schema_url("approvals_test") as url:
-            yield url
 
 
 class Clock:

@@ -4,8 +4,6 @@ database seeing each other's reviews (two replicas)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,20 +12,9 @@ from gateway.pins.open_store import open_pin_store
 from gateway.pins.records import definition_of, digest_of
 from gateway.pins.service import ToolPins
 from gateway.storage.database import Database, opened
-from tests.support.postgres import fresh_schema_url
+from tests.support.postgres import store_url  # noqa: F401 (the fixture: memory, SQLite, PostgreSQL)
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "memory":
-        yield "memory://"
-    elif request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'gateway.db'}"
-    else:
-        with fresh_schema_url("pins_test") as url:
-            yield url
 
 
 def tool(name: str, description: str, **more: Any) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from contextlib import asynccontextmanager, contextmanager
 
 import asyncpg
@@ -75,3 +76,16 @@ async def fresh_schema(label: str) -> AsyncIterator[str]:
         yield schema
     finally:
         await drop_schema(schema)
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The gateway's database URL on each backend in turn: a store's contract test runs on all three
+    (import this fixture into the test module)."""
+    if request.param == "memory":
+        yield "memory://"
+    elif request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'gateway.db'}"
+    else:
+        with fresh_schema_url(request.module.__name__.rsplit(".", 1)[-1][:40]) as url:
+            yield url
