@@ -20,6 +20,7 @@ from ..domain.cards import (
     approval_id,
     call_summary,
     display_name,
+    target_call,
     time_left,
 )
 from ..domain.parking import TurnParked
@@ -35,7 +36,15 @@ __all__ = [
 
 async def card_for_approval(approval: ApprovalRecord, store: SessionStore, now: float | None = None) -> ApprovalCard:
     record = await store.get_tool_call(approval.session_id, approval.tool_call_id)
-    return ApprovalCard.for_call(record, approval.status, approval.deadline, now)
+    return await card_for_call(record, store, approval.status, approval.deadline, now)
+
+
+async def card_for_call(
+    record: ToolCallRecord, store: SessionStore, status: ApprovalStatus, deadline: float | None, now: float | None
+) -> ApprovalCard:
+    """The card of a stored call; through call_tool, with the target's effect if the session found it."""
+    target = target_call(record.name, record.arguments)[0]
+    return ApprovalCard.for_call(record, status, deadline, now, await store.found_effect(record.session_id, target))
 
 
 class Decision(BaseModel):
@@ -107,7 +116,7 @@ class ApprovalGate:
         approval = await self.raise_approval(record)
         if approval.status is not ApprovalStatus.PENDING:
             return Decision.of(approval)
-        card = ApprovalCard.for_call(record, approval.status, approval.deadline, self._clock())
+        card = await card_for_call(record, self._store, approval.status, approval.deadline, self._clock())
         if self._on_card is not None:
             await self._on_card(card)
         if self._mode == "auto":

@@ -58,6 +58,19 @@ def call_summary(tool_name: str, arguments: dict[str, Any]) -> str:
     return f"{display_name(tool_name)}({arguments_view(arguments)})"
 
 
+CALL_TOOL = "call_tool"  # the gateway's discovery tool that calls another by name (docs/discovery.md)
+
+
+def target_call(tool_name: str, arguments: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The call a card shows: for the gateway's `call_tool` with `{"name": X, "arguments": A}`,
+    the target X with A (that is what runs); any other call as it is."""
+    if tool_name == CALL_TOOL:
+        name, inner = arguments.get("name"), arguments.get("arguments", {})
+        if isinstance(name, str) and name and isinstance(inner, dict):
+            return name, inner
+    return tool_name, arguments
+
+
 def time_left(deadline: float | None, now: float) -> str | None:
     """`9m 58s left` before the deadline; None without one."""
     if deadline is None:
@@ -92,16 +105,20 @@ class ApprovalCard(BaseModel):
         status: ApprovalStatus = ApprovalStatus.PENDING,
         deadline: float | None = None,
         now: float | None = None,
+        target_effect: str | None = None,
     ) -> "ApprovalCard":
-        """Every text field is escaped for display: the model chose the tool name, the call id
+        """The card shows the call that runs: through `call_tool`, its target (`target_call`).
+        `target_effect`: the target's effect as the host knows it (a search_tools answer), shown
+        instead of call_tool's own. Every text field is escaped for display: the model chose the tool name, the call id
         and the arguments, so none of them may carry control or invisible characters."""
         now = time.time() if now is None else now
+        name, arguments = target_call(record.name, record.arguments)
         return cls(
             id=approval_id(record.session_id, record.id),
-            title=f"{display_name(record.name)} wants to run",
-            call=call_summary(record.name, record.arguments),
-            tool=terminal_text(record.name, MAX_NAME_CHARS),
-            effect=record.effect,
+            title=f"{display_name(name)} wants to run",
+            call=call_summary(name, arguments),
+            tool=terminal_text(name, MAX_NAME_CHARS),
+            effect=record.effect if target_effect is None or name == record.name else target_effect,
             session_id=terminal_text(record.session_id, MAX_NAME_CHARS),
             turn_id=record.turn_id,
             tool_call_id=terminal_text(record.id, MAX_NAME_CHARS),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -83,6 +83,9 @@ class CallResult(BaseModel):
     replayed: bool = False
     attempts: int = 0
     images: list[ImageReference] = Field(default_factory=list)  # references, never bytes
+    # Discovery (docs/discovery.md): the tool definitions a search_tools answer carried; the turn
+    # loop keeps them in the session store, and they join the session's tools from then on.
+    found: list[GatewayTool] = Field(default_factory=list)
 
 
 def answer_text(answer: Answer) -> str:
@@ -107,6 +110,21 @@ def call_result(tool: str, answer: Answer, attempts: int) -> CallResult:
     else:
         status = CallStatus.SUCCEEDED
     return CallResult(status=status, text=text, replayed=replayed, attempts=attempts, images=references_in(answer))
+
+
+def found_tools(tool: str, answer: Answer) -> list[GatewayTool]:
+    """The definitions of a search_tools answer (`structuredContent.tools`) as the host offers
+    them; an invalid one is left out with a warning; none for any other tool or an error."""
+    found = (answer.structured_content or {}).get("tools") if tool == SEARCH_TOOLS else None
+    if answer.is_error or not isinstance(found, list):
+        return []
+    tools: list[GatewayTool] = []
+    for definition in found:
+        try:
+            tools.append(_listed(types.Tool.model_validate(definition)))
+        except ValueError:
+            log.warning("search_tools answered a tool definition that is not valid; left out")
+    return tools
 
 
 def _mcp_error(exc: BaseException) -> MCPError | None:
@@ -164,16 +182,19 @@ class GatewayToolSource:
         # Tools that need a task are called as one; their task ids are kept in `tasks` (agent_host/gateway_client/tasks.py).
         self.task_caller = TaskCaller(self._connection, tasks) if tasks is not None else None
         self._task_tools: set[str] = set()
-        # Discovery (docs/discovery.md): tools found by the gateway's search_tools, offered from then on.
-        self._discovered: dict[str, GatewayTool] = {}
         self._clock = clock
         self._images = images  # keeps the inline images of a gateway without a media store
 
-    async def list_tools(self) -> list[GatewayTool]:
-        """Every page of the gateway's tools/list; GatewayUnavailable (GatewayRefused for a bad
-        token) when the listing cannot be had."""
+    async def list_tools(self, found: Sequence[GatewayTool] = ()) -> list[GatewayTool]:
+        """Every page of the gateway's tools/list, then the `found` tools (the session's, from
+        search_tools: docs/discovery.md) it did not list; GatewayUnavailable (GatewayRefused for a
+        bad token) when the listing cannot be had."""
+
+        async def list_all() -> list[GatewayTool]:
+            return await self._list_all(found)
+
         try:
-            return await outside_transport_cancels(self._list_all)
+            return await outside_transport_cancels(list_all)
         except GatewayUnavailable:
             raise
         except TransportCancelled:
@@ -181,25 +202,7 @@ class GatewayToolSource:
         except Exception as exc:  # noqa: BLE001 - any failure of the listing is the gateway's, told in one line
             raise GatewayUnavailable(f"listing the tools of the gateway at {self.url} failed: {describe(exc)}") from None
 
-    @property
-    def discovered(self) -> list[GatewayTool]:
-        """The tools search_tools answered so far (they join every later listing)."""
-        return list(self._discovered.values())
-
-    def _note_discovered(self, name: str, answer: Answer) -> None:
-        """A search_tools answer's definitions (`structuredContent.tools`), kept to be offered."""
-        found = (answer.structured_content or {}).get("tools") if name == SEARCH_TOOLS else None
-        if answer.is_error or not isinstance(found, list):
-            return
-        for definition in found:
-            try:
-                tool = _listed(types.Tool.model_validate(definition))
-            except ValueError:
-                log.warning("search_tools answered a tool definition that is not valid; left out")
-                continue
-            self._discovered[tool.name] = tool
-
-    async def _list_all(self) -> list[GatewayTool]:
+    async def _list_all(self, found: Sequence[GatewayTool]) -> list[GatewayTool]:
         tools: list[GatewayTool] = []
         async with self._connection.session() as client:
             cursor: str | None = None
@@ -209,7 +212,7 @@ class GatewayToolSource:
                 cursor = page.next_cursor
                 if not cursor:
                     listed = {t.name for t in tools}
-                    tools += [t for t in self._discovered.values() if t.name not in listed]
+                    tools += [t for t in found if t.name not in listed]
                     self._task_tools = {t.name for t in tools if t.task_support == "required"}
                     return tools
 
@@ -232,8 +235,9 @@ class GatewayToolSource:
             if not isinstance(resolved, SendAgain):
                 sent = attempt - 1 if isinstance(event, NotSent) else attempt
                 kept = resolved if self._images is None else await self._images.keep_inline(resolved)
-                self._note_discovered(name, kept)
-                return call_result(name, kept, sent)
+                result = call_result(name, kept, sent)
+                result.found = found_tools(name, kept)
+                return result
             log.info("%s (key %s): attempt %d interrupted (%s); sending again", name, request.key, attempt, resolved.reason)
         raise AssertionError("resolve_attempt sends again only below the plan's last attempt")
 

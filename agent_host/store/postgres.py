@@ -79,6 +79,9 @@ CREATE TABLE IF NOT EXISTS queued_messages (
 CREATE INDEX IF NOT EXISTS queued_by_session ON queued_messages (session_id, status, seq);
 CREATE TABLE IF NOT EXISTS leases (
   session_id TEXT PRIMARY KEY, replica_id TEXT NOT NULL, boot_id TEXT NOT NULL, lease_until DOUBLE PRECISION NOT NULL);
+CREATE TABLE IF NOT EXISTS found_tools (
+  session_id TEXT NOT NULL, name TEXT NOT NULL, definition TEXT NOT NULL, found_at DOUBLE PRECISION NOT NULL,
+  PRIMARY KEY (session_id, name));
 """
 
 # The generated key an INSERT into each table returns (`lastrowid`).

@@ -138,6 +138,9 @@ class SessionStore:
     tool_calls = _OffThread(SqliteSessionStore.tool_calls)
     get_tool_call = _OffThread(SqliteSessionStore.get_tool_call)
     update_tool_call = _OffThread(SqliteSessionStore.update_tool_call)
+    add_found_tools = _OffThread(SqliteSessionStore.add_found_tools)
+    found_tools = _OffThread(SqliteSessionStore.found_tools)
+    found_effect = _OffThread(SqliteSessionStore.found_effect)
 
     # Approvals --------------------------------------------------------------------------------
     create_approval = _OffThread(SqliteSessionStore.create_approval)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from ..domain import session_events as events
-from ..domain.cards import ApprovalCard
+from ..domain.cards import ApprovalCard, target_call
 from ..domain.records import ApprovalRecord, EventRecord, SessionRecord, ToolCallRecord, TurnRecord, TurnStatus
 from ..models.base import Message
 from .postgres import PgConnection, is_postgres_url
@@ -72,6 +72,9 @@ CREATE TABLE IF NOT EXISTS queued_messages (
 CREATE INDEX IF NOT EXISTS queued_by_session ON queued_messages (session_id, status, seq);
 CREATE TABLE IF NOT EXISTS leases (
   session_id TEXT PRIMARY KEY, replica_id TEXT NOT NULL, boot_id TEXT NOT NULL, lease_until REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS found_tools (
+  session_id TEXT NOT NULL, name TEXT NOT NULL, definition TEXT NOT NULL, found_at REAL NOT NULL,
+  PRIMARY KEY (session_id, name));
 """
 
 # Columns added after the first release of the store: added to an older file when it is opened.
@@ -207,9 +210,19 @@ class SqliteBase:
         self._event(db, session_id, turn_id, events.MESSAGE, events.message(turn_id, message))
         return int(cursor.lastrowid or 0)
 
+    def found_effect(self, session_id: str, name: str) -> str | None:
+        """The effect of a tool the session found (its Dex classification), None when not found."""
+        row = self._db.execute(
+            "SELECT definition FROM found_tools WHERE session_id = ? AND name = ?", (session_id, name)
+        ).fetchone()
+        effect = json.loads(row["definition"]).get("effect") if row is not None else None
+        return effect if isinstance(effect, str) else None
+
     def _approval_event(self, db: sqlite3.Connection, approval: ApprovalRecord) -> None:
         call = self.get_tool_call(approval.session_id, approval.tool_call_id)
-        card = ApprovalCard.for_call(call, approval.status, approval.deadline, approval.decided_at or approval.created_at)
+        target = target_call(call.name, call.arguments)[0]
+        card = ApprovalCard.for_call(call, approval.status, approval.deadline, approval.decided_at or approval.created_at,
+                                     self.found_effect(call.session_id, target))
         data = events.approval(card, approval.decided_by, approval.reason)
         self._event(db, approval.session_id, approval.turn_id, events.APPROVAL, data)
 

@@ -295,6 +295,28 @@ class SqliteSessionStore(SqliteControls, SqliteLedger, SqliteService):
             self._event(db, record.session_id, record.turn_id, events.TOOL_CALL, events.tool_call(updated))
         return updated
 
+    # Tools found by discovery (docs/discovery.md) ----------------------------------------------
+
+    def add_found_tools(self, session_id: str, definitions: list[dict[str, Any]]) -> None:
+        """Tool definitions the session's search_tools calls answered (each with a `name`): they
+        join its tool set for the rest of the session; a tool found again keeps its newest one."""
+        now = time.time()
+        with self._tx() as db:
+            for definition in definitions:
+                name = str(definition["name"])
+                db.execute("DELETE FROM found_tools WHERE session_id = ? AND name = ?", (session_id, name))
+                db.execute(
+                    "INSERT INTO found_tools (session_id, name, definition, found_at) VALUES (?, ?, ?, ?)",
+                    (session_id, name, json.dumps(definition), now),
+                )
+
+    def found_tools(self, session_id: str) -> list[dict[str, Any]]:
+        """The session's found tool definitions, in the order they were (last) found."""
+        rows = self._db.execute(
+            "SELECT definition FROM found_tools WHERE session_id = ? ORDER BY found_at, name", (session_id,)
+        ).fetchall()
+        return [dict(json.loads(r["definition"])) for r in rows]
+
     # Approvals --------------------------------------------------------------------------------
 
     def create_approval(self, record: ApprovalRecord) -> ApprovalRecord:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from ..approvals.gate import ApprovalCard, Decision
@@ -11,7 +12,7 @@ from ..models.base import ModelResponse
 
 
 class ToolSource(Protocol):
-    async def list_tools(self) -> list[GatewayTool]: ...
+    async def list_tools(self, found: Sequence[GatewayTool] = ()) -> list[GatewayTool]: ...
 
     async def call(
         self, request: CallRequest, on_attempt: OnAttempt | None = None, on_progress: OnProgress | None = None

@@ -252,7 +252,7 @@ class TurnLoop:
         return self._model
 
     async def _offered_tools(
-        self, with_tools: bool, mode: TurnMode, settings: SessionSettings
+        self, with_tools: bool, mode: TurnMode, settings: SessionSettings, session_id: str
     ) -> tuple[list[ToolSpec], dict[str, GatewayTool]]:
         """The tools of this model call (none from the gateway when it cannot list them: `_listed`). A
         planning turn is offered only write_todos, and lists nothing from the gateway."""
@@ -260,7 +260,7 @@ class TurnLoop:
             return [], {}
         if mode is TurnMode.PLANNING:
             return [BUILTIN_DEFINITIONS[WRITE_TODOS]], {}
-        listed = await self._listed()
+        listed = await self._listed(session_id)
         builtins = [spec for name in self._config.builtin_tools if (spec := self._builtins.spec(name)) is not None]
         reserved = {b.name for b in builtins}
         gateway: dict[str, GatewayTool] = {}
@@ -273,12 +273,15 @@ class TurnLoop:
         specs = [ToolSpec(name=t.name, description=t.description, input_schema=t.input_schema) for t in gateway.values()]
         return specs + builtins, gateway
 
-    async def _listed(self) -> list[GatewayTool]:
-        """The gateway's tools; none, with a warning, when the listing fails or takes longer than
-        the listing timeout (a down gateway never fails a turn; a refused token does)."""
+    async def _listed(self, session_id: str) -> list[GatewayTool]:
+        """The gateway's tools, with those the session found by search_tools (kept in the store,
+        so a resumed session has them: docs/discovery.md); none, with a warning, when the listing
+        fails or takes longer than the listing timeout (a down gateway never fails a turn; a
+        refused token does)."""
+        found = [GatewayTool.model_validate(d) for d in await self._store.found_tools(session_id)]
         try:
             with anyio.fail_after(self._config.listing_timeout_seconds):
-                return await self._tools.list_tools()
+                return await self._tools.list_tools(found)
         except GatewayRefused:
             raise
         except GatewayUnavailable as exc:
@@ -301,7 +304,8 @@ class TurnLoop:
         number = turn.model_calls + 1
         # The last allowed model call is offered no tools, so the model has to answer.
         try:
-            specs, gateway = await self._offered_tools(number < self._config.max_model_calls, turn.mode, settings)
+            specs, gateway = await self._offered_tools(number < self._config.max_model_calls, turn.mode, settings,
+                                                      turn.session_id)
         except GatewayRefused as exc:
             # A refused token is the user's to fix: no turn can reach the tools until then.
             self.gateway_error = exc

@@ -166,6 +166,8 @@ class ToolRunner:
                 if scope.cancelled_caught:
                     return await self.cancel(await self._reload(record), CancelReason.TURN_CANCELLED, stopped=True)
             replayed = result.replayed
+            if result.found:  # search_tools' definitions join the session's tools (docs/discovery.md)
+                await self._store.add_found_tools(record.session_id, [t.model_dump(mode="json") for t in result.found])
             record = await self._store.update_tool_call(
                 record, status=result.status, result_text=result.text, attempts=max(result.attempts, record.attempts),
                 images=result.images,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,7 +43,7 @@ class Tools:
     sent: list[str] = field(default_factory=list)
     finished: list[str] = field(default_factory=list)
 
-    async def list_tools(self) -> list[GatewayTool]:
+    async def list_tools(self, found: Sequence[GatewayTool] = ()) -> list[GatewayTool]:
         return self.tools
 
     async def call(self, request: CallRequest, on_attempt: OnAttempt | None = None,

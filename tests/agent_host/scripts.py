@@ -5,7 +5,7 @@ Each is a deterministic function of the request: the model call number picks the
 
 from __future__ import annotations
 
-from agent_host.models.base import ModelRequest, ModelResponse
+from agent_host.models.base import ModelRequest, ModelResponse, ToolCall
 from agent_host.models.scripted import ScriptedModelClient, call
 
 
@@ -203,5 +203,24 @@ def discover_and_call(request: ModelRequest) -> ModelResponse:
             raise AssertionError(f"get_balance was listed before any search: {sorted(offered)}")
         return ModelResponse(tool_calls=[call(request, 0, "search_tools", query="balance of an account", limit=3)])
     if request.model_call == 2:
+        return ModelResponse(tool_calls=[call(request, 0, _tool(request, "get_balance"), account="acme")])
+    return _summary(request)
+
+
+def refund_through_call_tool(request: ModelRequest) -> ModelResponse:
+    """Discovery (docs/discovery.md): search for the refund tool, then run it through the gateway's
+    call_tool (as a client that can only call listed tools does)."""
+    if request.model_call == 1:
+        return ModelResponse(tool_calls=[call(request, 0, "search_tools", query="refund an order", limit=3)])
+    if request.model_call == 2:
+        target = {"name": _tool(request, "refund"), "arguments": {"order": "5521", "amount": 40}}
+        return ModelResponse(tool_calls=[ToolCall(id=f"call_{request.model_call}_0", name="call_tool", arguments=target)])
+    return _summary(request)
+
+
+def call_found_at_once(request: ModelRequest) -> ModelResponse:
+    """A resumed discovery session (docs/discovery.md): the balance tool found earlier is offered
+    from the first model call on; call it without searching."""
+    if request.model_call == 1:
         return ModelResponse(tool_calls=[call(request, 0, _tool(request, "get_balance"), account="acme")])
     return _summary(request)

@@ -139,3 +139,17 @@ async def test_the_http_api_card_is_inert_and_complete(hostile_approval: tuple[S
     stored = await store.get_tool_call("s", "c1\u202e")
     assert stored.arguments == _arguments()
     assert json.loads(json.dumps(stored.arguments)) == _arguments()
+
+
+def test_a_call_through_call_tool_shows_its_target_escaped_and_a_malformed_one_as_itself() -> None:
+    """call_tool's card is its target's (one card rule: domain/cards.py `target_call`), with the
+    same escaping: the model chose the target's name and arguments too."""
+    through = _record({"name": "payments__refund\x1b[2J", "arguments": _arguments()}, name="call_tool")
+    card = ApprovalCard.for_call(through, target_effect="non_idempotent_write")
+    assert card.title == "refund\\u001b[2J wants to run" and card.tool == "payments__refund\\u001b[2J"
+    assert card.effect == "non_idempotent_write" and card.idempotency_key == "s/turn-1/c1\\u202e"
+    _assert_shows_everything_escaped(card.call)
+    assert not _unsafe(card.call + card.title + card.tool)
+    for malformed in ({"name": 7, "arguments": {}}, {"name": "x", "arguments": [1]}, {"arguments": {}}):
+        shown = ApprovalCard.for_call(_record(malformed, name="call_tool"), target_effect="read")
+        assert shown.tool == "call_tool" and shown.effect == "non_idempotent_write", malformed

@@ -1,7 +1,7 @@
 """The agent host's gateway tool source with discovery (docs/discovery.md): against a real
 gateway in search mode fronting 1,000 tools (bench/many_tools_server.py) plus the notes server,
-the host lists only the gateway's two tools; a tool that search_tools finds joins every later
-listing, with its effect from the Dex _meta, and is called by its own name."""
+the host lists only the gateway's two tools; search_tools' answer carries the found definitions
+(effect from the Dex _meta), a listing handed them offers them, and one is called by its own name."""
 
 from __future__ import annotations
 
@@ -33,8 +33,11 @@ async def test_found_tools_join_the_listing_and_are_called_by_name(tmp_path: Pat
         found = await source.call(CallRequest("search_tools", {"query": "what notes are there", "limit": 3},
                                               "k-search", Effect.READ))
         assert found.status is CallStatus.SUCCEEDED and "notes__list_notes" in found.text, found.text
-        listed = {t.name: t for t in await source.list_tools()}
+        assert len(found.found) == 3 and {t.name: t for t in found.found}["notes__list_notes"].effect is Effect.READ
+        # The source keeps no state per session: the listing offers the found tools it is handed.
+        assert [t.name for t in await source.list_tools()] == ["search_tools", "call_tool"]
+        listed = {t.name: t for t in await source.list_tools(found.found)}
         assert "notes__list_notes" in listed and listed["notes__list_notes"].effect is Effect.READ
         assert len(listed) == 5  # the two gateway tools and the three found
         answer = await source.call(CallRequest("notes__list_notes", {}, "k-list", Effect.READ))
-        assert answer.status is CallStatus.SUCCEEDED, answer.text
+        assert answer.status is CallStatus.SUCCEEDED and answer.found == [], answer.text

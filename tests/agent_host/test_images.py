@@ -8,6 +8,7 @@ import hashlib
 import json
 import sqlite3
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import httpx
@@ -46,7 +47,7 @@ def chart_answer() -> Answer:
 class ChartTools:
     """One read tool whose result holds an image reference (through the real `call_result`)."""
 
-    async def list_tools(self) -> list[GatewayTool]:
+    async def list_tools(self, found: Sequence[GatewayTool] = ()) -> list[GatewayTool]:
         return [GatewayTool(name="bi__chart", effect=Effect.READ, requires_approval=False)]
 
     async def call(self, request: CallRequest, on_attempt: OnAttempt | None = None, on_progress: OnProgress | None = None) -> CallResult:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -43,7 +43,7 @@ class FakeTools:
         self.max_running = 0
         self.hang = False  # True: after counting its attempt, a call never answers
 
-    async def list_tools(self) -> list[GatewayTool]:
+    async def list_tools(self, found: Sequence[GatewayTool] = ()) -> list[GatewayTool]:
         return self.tools
 
     async def call(self, request: CallRequest, on_attempt: OnAttempt | None = None,

@@ -53,7 +53,7 @@ class _DownGateway(Tools):
         super().__init__([tool("lookup", Effect.READ)])
         self.hang = hang
 
-    async def list_tools(self) -> list[GatewayTool]:
+    async def list_tools(self, found: Sequence[GatewayTool] = ()) -> list[GatewayTool]:
         if self.hang:
             await anyio.sleep_forever()
         raise GatewayUnavailable("cannot reach the gateway at http://127.0.0.1:9/mcp: ConnectError")
