@@ -107,7 +107,9 @@ class Upstream:
         timeout = timeout or self.config.call_timeout_seconds
         connection = await self._connected()
         if credentials is None or not credentials.per_caller or caller is None:
-            if await self.handshake_takes(relay, params.get("name") if method == "tools/call" and params else None):
+            # The sync check first: a call the era per caller does not concern awaits nothing more.
+            if self.asks_on_handshake(relay) and await self.handshake_takes(
+                    relay, params.get("name") if method == "tools/call" and params else None):
                 connection = self._handshake or connection
             return await self._send(connection, method, params, timeout, relay, None, caller)
         if self._caller_sessions is not None and await connection.keeps_session():
