@@ -54,15 +54,21 @@ def _profiled_run(gateway_dir: str | None, calls: int, out: Path, site: Path, ar
         raise SystemExit(f"no profile written for {gateway_dir or 'the installed gateway'}")
 
 
-def _per_call(small: Path, large: Path, extra: int) -> tuple[float, dict[tuple[str, str], float]]:
+Counts = dict[tuple[str, str], tuple[float, float]]
+
+
+def _per_call(small: Path, large: Path, extra: int) -> tuple[float, Counts]:
+    """Per call: the total call count, and per function (calls, own time in µs)."""
     a, b = pstats.Stats(str(small)), pstats.Stats(str(large))
-    counts: dict[tuple[str, str], float] = {}
+    counts: Counts = {}
     before = a.stats  # type: ignore[attr-defined]
     for key, value in b.stats.items():  # type: ignore[attr-defined]
-        delta = (value[1] - before.get(key, (0, 0))[1]) / extra
+        old = before.get(key, (0, 0, 0.0))
+        delta = (value[1] - old[1]) / extra
         if delta > 0.3:
-            name = ("/".join(key[0].split("/")[-2:]), key[2])
-            counts[name] = counts.get(name, 0.0) + delta
+            name = ("/".join(key[0].split("/")[-2:]), f"{key[1]}:{key[2]}")
+            calls, own = counts.get(name, (0.0, 0.0))
+            counts[name] = (calls + delta, own + (value[2] - old[2]) / extra * 1e6)
     return (b.total_calls - a.total_calls) / extra, counts  # type: ignore[attr-defined]
 
 
@@ -73,6 +79,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=500, help="calls of the smaller run (the larger: + 2,000)")
     parser.add_argument("--gateway-pythonpath", action="append", default=[])
     parser.add_argument("--diff", type=int, default=15, help="functions listed whose count differs most")
+    parser.add_argument("--top", type=int, default=0, help="list each gateway's N most called functions per call")
     args = parser.parse_args()
     extra = 2000
     gateways: list[str | None] = args.gateway_pythonpath or [None]
@@ -89,12 +96,20 @@ def main() -> None:
     print(f"Python function calls per tools/call ({args.tools} tool, {args.era}, c=1; cProfile, gateway process)")
     for gateway_dir, (total, _) in zip(gateways, results):
         print(f"  {total:8.1f}  {gateway_dir or 'installed gateway'}")
+    for gateway_dir, (_, counts) in zip(gateways, results) if args.top else ():
+        print(f"most called functions per call (own time under cProfile in µs, calls): {gateway_dir or 'installed gateway'}")
+        for key, (calls, own) in sorted(counts.items(), key=lambda item: -item[1][0])[: args.top]:
+            print(f"  {own:7.1f}  {calls:5.1f}  {key[0]} {key[1]}")
     if len(results) > 1 and args.diff:
         first, second = results[0][1], results[1][1]
-        keys = sorted(set(first) | set(second), key=lambda k: -abs(second.get(k, 0.0) - first.get(k, 0.0)))
+
+        def count(side: Counts, key: tuple[str, str]) -> float:
+            return side.get(key, (0.0, 0.0))[0]
+
+        keys = sorted(set(first) | set(second), key=lambda k: -abs(count(second, k) - count(first, k)))
         print("most changed, second minus first (per call):")
         for key in keys[: args.diff]:
-            print(f"  {second.get(key, 0.0) - first.get(key, 0.0):+6.1f}  {key[0]} {key[1]}")
+            print(f"  {count(second, key) - count(first, key):+6.1f}  {key[0]} {key[1]}")
 
 
 if __name__ == "__main__":

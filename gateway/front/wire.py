@@ -58,8 +58,12 @@ def error_object(code: int, message: str, data: Any = None) -> dict[str, Any]:
     return error
 
 
+# `json.dumps(message, separators=(",", ":"))` builds an encoder per call; this one is built once.
+_MODERN_ENCODER = json.JSONEncoder(separators=(",", ":"))
+
+
 def encode_message(message: Mapping[str, Any], *, era: Era) -> bytes:
     """One JSON-RPC message as bytes, exactly as the SDK transport of that era writes it."""
     if era is Era.MODERN:
-        return json.dumps(message, separators=(",", ":")).encode()
+        return _MODERN_ENCODER.encode(message).encode()
     return pydantic_core.to_json(message)

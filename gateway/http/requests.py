@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 import pydantic_core
 from mcp.server.streamable_http import check_accept_headers
@@ -56,6 +57,10 @@ class RequestRules:
         self._max_body = max_body
         self._json_only = json_only
         self._too_large = Refusal(413, INVALID_REQUEST, f"Request body too large: the limit is {max_body} bytes")
+        # What an Accept / Content-Type value allows, worked out once per distinct value: a client
+        # sends the same few values on every request.
+        self._accepts: dict[bytes | None, bool] = {}
+        self._json_types: dict[bytes | None, bool] = {}
 
     async def admit(self, scope: Scope, receive: Receive) -> Refusal | bytes | None:
         """A POST's body (its message parsed into `scope[PARSED_MESSAGE]`); None for a GET or a
@@ -75,10 +80,9 @@ class RequestRules:
                                f"protocol {version.decode('latin-1')!r} sends every request as a POST",
                                ((b"allow", b"POST"),))
             return None
-        if not _is_json(header(scope, b"content-type")):
+        if not _remembered(self._json_types, header(scope, b"content-type"), _is_json):
             return _UNSUPPORTED_TYPE
-        has_json, has_sse = check_accept_headers(Request(scope))
-        if not has_json or not (has_sse or self._json_only):
+        if not _remembered(self._accepts, header(scope, b"accept"), self._takes_answer):
             wanted = "application/json" if self._json_only else "both application/json and text/event-stream"
             return Refusal(406, INVALID_REQUEST, f"Not Acceptable: the Accept header must include {wanted}")
         body = await read_body(receive, self._max_body)
@@ -89,6 +93,34 @@ class RequestRules:
         except _Refused as exc:
             return Refusal(400, exc.code, exc.message)
         return body
+
+
+    def _takes_answer(self, accept: bytes | None) -> bool:
+        """Whether an Accept value takes the answer, by the SDK's own rule (wildcards included)."""
+        value = "" if accept is None else accept.decode("latin-1")
+        has_json, has_sse = check_accept_headers(cast(Request, _AcceptOnly(value)))
+        return has_json and (has_sse or self._json_only)
+
+
+class _AcceptOnly:
+    """What `check_accept_headers` reads of a request: its Accept header."""
+
+    __slots__ = ("headers",)
+
+    def __init__(self, accept: str) -> None:
+        self.headers = {"accept": accept}
+
+
+_MAX_REMEMBERED = 256
+
+
+def _remembered(known: dict[bytes | None, bool], value: bytes | None, rule: Callable[[bytes | None], bool]) -> bool:
+    found = known.get(value)
+    if found is None:
+        if len(known) >= _MAX_REMEMBERED:
+            known.clear()  # many distinct values: a client probing; the rule still answers each
+        found = known[value] = rule(value)
+    return found
 
 
 _UNSUPPORTED_TYPE = Refusal(415, INVALID_REQUEST, "Unsupported Media Type: Content-Type must be application/json")

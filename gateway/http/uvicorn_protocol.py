@@ -24,12 +24,40 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from mcp_types import INVALID_REQUEST
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-__all__ = ["ConnectionLimits", "GatewayHttpProtocol", "connection_protocol"]
+__all__ = ["DISCONNECT", "ConnectionLimits", "Disconnect", "GatewayHttpProtocol", "connection_protocol"]
+
+DISCONNECT = "dex.disconnect"  # the scope key of a request's `Disconnect`
+
+
+class Disconnect:
+    """Tells a request's app that its client went away, without a task waiting on `receive()`:
+    the protocol calls `callback` (at most once) when the connection is lost before the response
+    completed. An app that needs no more of the body sets `callback` instead of watching."""
+
+    __slots__ = ("_callback", "lost")
+
+    def __init__(self) -> None:
+        self._callback: Callable[[], object] | None = None
+        self.lost = False
+
+    def on_lost(self, callback: Callable[[], object] | None) -> None:
+        """Call `callback` when the client goes away (at once if it already has); None: no longer."""
+        self._callback = callback
+        if callback is not None and self.lost:
+            self._callback = None
+            callback()
+
+    def _lose(self) -> None:
+        self.lost = True
+        callback, self._callback = self._callback, None
+        if callback is not None:
+            callback()
 
 _HEAD_END = b"\r\n\r\n"
 
@@ -68,7 +96,12 @@ class GatewayHttpProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_read_timer()
         self._cancel_head_timer()
+        cycle = self.cycle
         super().connection_lost(exc)
+        if cycle is not None and cycle.disconnected:
+            disconnect = cycle.scope.get(DISCONNECT)
+            if isinstance(disconnect, Disconnect):
+                disconnect._lose()
 
     def data_received(self, data: bytes) -> None:
         if self._over_capacity:
@@ -91,6 +124,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._in_head = False
         self._cancel_head_timer()
+        self.scope[DISCONNECT] = Disconnect()  # type: ignore[literal-required]  # the cycle's scope, made next
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:

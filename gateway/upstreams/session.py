@@ -192,11 +192,15 @@ class UpstreamSession:
             notices = CallNotices(self._max_queued, self._on_drop) if relay is not None else None
             answer: Message = {}
             failure: Exception | None = None
+            # The timer itself: a cancellation it caused is our timeout, never the caller going
+            # away (the cancel-on-disconnect rule in `_exchange`). A bare scope with a deadline
+            # (what `anyio.fail_after` wraps, without its generator on every call).
+            limit = anyio.CancelScope(deadline=anyio.current_time() + timeout)
             try:
-                with anyio.fail_after(timeout) as limit:
-                    # The timer itself: a cancellation it caused is our timeout, never the caller
-                    # going away (the cancel-on-disconnect rule in `_exchange`).
+                with limit:
                     answer = await self._exchange(negotiated, method, params, relay, notices, limit, bearer)
+                if limit.cancelled_caught:
+                    failure = UpstreamInterrupted(self.name, f"no answer within {timeout:g} s")
             except TimeoutError:
                 failure = UpstreamInterrupted(self.name, f"no answer within {timeout:g} s")
             except (UpstreamError, SessionLost) as exc:

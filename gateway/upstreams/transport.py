@@ -59,7 +59,7 @@ import select
 import ssl
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -325,6 +325,46 @@ class _AiohttpResponse(ChunkedBody):
             self._response.close()  # a half-read connection is never reused
 
 
+class _Exchange:
+    """One request's response, entered once its head is read; on exit the connection goes back to
+    the pool (read to its end) or is closed, and its slot is freed. A class rather than an
+    @asynccontextmanager: this runs on every upstream call, and a generator-based one costs an
+    async generator (tracked by the event loop) per call."""
+
+    __slots__ = ("_transport", "_request", "_slot", "_response")
+
+    def __init__(self, transport: "AiohttpTransport", request: HttpRequest) -> None:
+        self._transport = transport
+        self._request = request
+        self._slot: anyio.Semaphore | None = None
+        self._response: _AiohttpResponse | None = None
+
+    async def __aenter__(self) -> _AiohttpResponse:
+        transport = self._transport
+        if transport._closed:
+            raise RequestNotSent("the HTTP transport is closed")
+        url = transport._url(self._request.url)
+        self._slot = await transport._slot()
+        try:
+            self._response = await transport._send(self._request, url)
+        except BaseException:
+            self._free()
+            raise
+        return self._response
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        try:
+            if self._response is not None:
+                self._response.close()
+        finally:
+            self._free()
+
+    def _free(self) -> None:
+        slot, self._slot = self._slot, None
+        if slot is not None:
+            slot.release()
+
+
 class AiohttpTransport:
     """Keep-alive HTTP/1.1 (and TLS) connections to one upstream, on aiohttp.
 
@@ -389,17 +429,12 @@ class AiohttpTransport:
         return parsed
 
     def stream(self, request: HttpRequest) -> AbstractAsyncContextManager[_AiohttpResponse]:
-        return self._stream(request)
+        return _Exchange(self, request)
 
-    @asynccontextmanager
-    async def _stream(self, request: HttpRequest) -> AsyncIterator[_AiohttpResponse]:
-        if self._closed:
-            raise RequestNotSent("the HTTP transport is closed")
-        url = self._url(request.url)
+    async def _slot(self) -> anyio.Semaphore | None:
+        """A connection slot (max_connections), taken; None when the pool is not capped."""
         if self._max_connections is None:
-            async with self._exchange(request, url) as response:
-                yield response
-            return
+            return None
         if self._slots is None:
             self._slots = anyio.Semaphore(self._max_connections)
         slots = self._slots
@@ -414,14 +449,10 @@ class AiohttpTransport:
                 f"all {self._max_connections} connections to the upstream (max_connections) stayed busy for "
                 f"{self._pool_timeout:g} s (pool_timeout_seconds), so the request was not sent"
             ) from None
-        try:
-            async with self._exchange(request, url) as response:
-                yield response
-        finally:
-            slots.release()
+        return slots
 
-    @asynccontextmanager
-    async def _exchange(self, request: HttpRequest, url: URL) -> AsyncIterator[_AiohttpResponse]:
+    async def _send(self, request: HttpRequest, url: URL) -> _AiohttpResponse:
+        """The response to `request`, its head read."""
         session = self._client()
         attempt = _Attempt()
         token = _ATTEMPT.set(attempt)
@@ -440,11 +471,7 @@ class AiohttpTransport:
             raise RequestNotSent(f"cannot connect to {where}: {_describe(exc)}") from exc
         finally:
             _ATTEMPT.reset(token)
-        wrapped = _AiohttpResponse(response, self._max_response_bytes)
-        try:
-            yield wrapped
-        finally:
-            wrapped.close()
+        return _AiohttpResponse(response, self._max_response_bytes)
 
     async def aclose(self) -> None:
         self._closed = True

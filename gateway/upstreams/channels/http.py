@@ -38,6 +38,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
+import pydantic_core
 from mcp.shared.inbound import encode_header_value
 
 from ...auth.principals import Identity
@@ -144,7 +145,7 @@ class HttpChannel:
         headers = {**self._base_headers(negotiated), "content-type": "application/json"}
         if bearer is not None or self._credentials is not None:  # static: the headers as configured
             headers = await self._authorized(headers, bearer)
-        body = json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode()
+        body = pydantic_core.to_json(message)  # compact UTF-8 JSON, as json.dumps would, in one C call
         method = message.get("method")
         if negotiated.version == MODERN_VERSION and isinstance(method, str):  # requests and notifications
             headers["mcp-method"] = method
