@@ -17,7 +17,6 @@ Screenshots: tests/artifacts/browser/<test>.png.
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ import pytest
 
 from gateway.server.console import content_security_policy
 from tests.gateway.helpers import KEY, text_of
+from tests.gateway.test_gateway_http import sha
 from tests.support.approvals import connect, count_executions, refund
 from tests.support.browser import launch, phone_page, require_browser, run_async
 from tests.support.gateway import RunningGateway, start_gateway, stdio_upstream, write_config
@@ -46,10 +46,6 @@ AGENT, ADMIN = "console-login-agent-token", "console-login-admin-token"
 CONSOLE_CLIENT = "dex-console"
 WAIT_MS = 15_000
 TOKEN_KEY = "dex-console-token"
-
-
-def _sha(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
 
 
 @dataclass
@@ -77,8 +73,8 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
         oauth = {"resource": f"{base}/mcp", "issuers": [{"issuer": idp.issuer}], "required_scopes": ["mcp"],
                  "approvers": {"groups": ["admins"]}, "console": {"client_id": CONSOLE_CLIENT}}
         config = {
-            "auth": {"tokens": [{"principal": "agent", "token_sha256": _sha(AGENT), "approvals": "gateway"}],
-                     "admin_token_sha256": _sha(ADMIN), "oauth": oauth},
+            "auth": {"tokens": [{"principal": "agent", "token_sha256": sha(AGENT), "approvals": "gateway"}],
+                     "admin_token_sha256": sha(ADMIN), "oauth": oauth},
             "upstreams": [stdio_upstream("pay", "dex_server", state_dir=root / "pay")],
             "approvals": {"wait_seconds": 30, "poll_seconds": 0.05},
         }
