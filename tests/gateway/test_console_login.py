@@ -248,3 +248,18 @@ def test_an_error_from_the_provider_is_shown_as_text(setup: Setup, page: Any) ->
         "The identity provider did not sign you in: access_denied (the user denied the request)", timeout=WAIT_MS)
     expect(page.locator("#app")).to_be_hidden()
     assert page.locator("#login-error b, #login-error script").count() == 0
+
+
+def test_a_token_the_gateway_stops_accepting_signs_the_page_out(setup: Setup, page: Any) -> None:
+    """A signed-in token expires after a while (no refresh token is asked for): the first 401 while
+    connected drops it and asks for a new sign-in (the gateway's 401 is simulated here)."""
+    sign_in(page, setup, "alice")
+    expect(page.locator("#status")).to_contain_text("Signed in as alice", timeout=WAIT_MS)
+    page.route(lambda url: urlsplit(url).path == "/admin/approvals", lambda route: route.fulfill(
+        status=401, content_type="application/json", body='{"error": "Unauthorized: the token expired"}'))
+    expect(page.locator("#login-error")).to_have_text(
+        "The gateway no longer accepts this token (it may have expired): sign in again. "
+        "(Unauthorized: the token expired)", timeout=WAIT_MS)  # the approvals view checks every 2 s
+    expect(page.locator("#app")).to_be_hidden()
+    expect(page.locator("#oauth-login")).to_be_visible()
+    assert stored(page)["session"] is None

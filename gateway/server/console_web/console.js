@@ -77,6 +77,11 @@
     let data = {};
     try { data = await response.json(); } catch (e) { data = {}; }
     if (!data || typeof data !== "object") data = {};
+    if (response.status === 401 && state.role) {
+      // The token stopped working while connected (a signed-in token expired, a token was removed).
+      logout("", "The gateway no longer accepts this token (it may have expired): sign in again." +
+        (data.error ? " (" + String(data.error) + ")" : ""));
+    }
     return { ok: response.ok, status: response.status, data };
   }
 
