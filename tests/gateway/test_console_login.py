@@ -32,7 +32,7 @@ from gateway.server.console import content_security_policy
 from tests.gateway.helpers import KEY, text_of
 from tests.gateway.test_gateway_http import sha
 from tests.support.approvals import connect, count_executions, refund
-from tests.support.browser import launch, phone_page, require_browser, run_async
+from tests.support.browser import ARTIFACTS, launch, phone_page, require_browser, run_async
 from tests.support.gateway import RunningGateway, start_gateway, stdio_upstream, write_config
 from tests.support.idp import Idp, IdpClient, default_clients
 from tests.support.servers import free_port
@@ -144,7 +144,10 @@ def stored(tab: Any) -> dict[str, Any]:
 def test_an_approver_signs_in_at_the_provider_and_allows_a_held_call(setup: Setup, page: Any) -> None:
     call = WaitingCall(setup, "console-login/allow-1")
     call.start()
-    sign_in(page, setup, "alice")
+    go_to_provider(page, setup)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "test_console_login_the_providers_login_page.png"), full_page=True)
+    sign_in_at_provider(page, setup, "alice")
     expect(page.locator("#status")).to_have_text("Signed in as alice, an approver: approvals only.", timeout=WAIT_MS)
     assert urlsplit(page.url).path == "/console" and "code=" not in page.url  # the answer left the address bar
     kept = stored(page)
@@ -263,3 +266,22 @@ def test_a_token_the_gateway_stops_accepting_signs_the_page_out(setup: Setup, pa
     expect(page.locator("#app")).to_be_hidden()
     expect(page.locator("#oauth-login")).to_be_visible()
     assert stored(page)["session"] is None
+
+
+def test_the_page_is_told_only_public_settings_and_who_holds_a_token(setup: Setup) -> None:
+    base = setup.gateway.base
+    settings = httpx.get(f"{base}/console/settings.json", timeout=10)
+    assert settings.json() == {"oauth": {"issuer": setup.idp.issuer, "client_id": CONSOLE_CLIENT, "scope": "openid mcp",
+                                         "resource": f"{base}/mcp", "callback_path": "/console/callback"}}
+    script = httpx.get(f"{base}/console/console_login.js", timeout=10)
+    assert script.status_code == 200 and script.headers["content-security-policy"] == content_security_policy(setup.idp.issuer)
+    code = "\n".join(line for line in script.text.splitlines() if not line.lstrip().startswith("//"))
+    assert not [w for w in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "localStorage")
+                if w in code]
+    assert httpx.get(f"{base}/admin/whoami", timeout=10).status_code == 401
+    agent = httpx.get(f"{base}/admin/whoami", headers={"Authorization": f"Bearer {AGENT}"}, timeout=10)
+    assert agent.status_code == 403 and "may not use the console" in agent.json()["error"]
+    admin = httpx.get(f"{base}/admin/whoami", headers={"Authorization": f"Bearer {ADMIN}"}, timeout=10)
+    assert admin.json() == {"role": "admin", "name": "admin"}
+    bob = setup.idp.login_user_with_code(f"{base}/mcp", "openid mcp", user="bob")["access_token"]
+    assert httpx.get(f"{base}/admin/whoami", headers={"Authorization": f"Bearer {bob}"}, timeout=10).status_code == 403
