@@ -8,7 +8,7 @@
             already decided or expired; 403 when the approver is the calling principal
 
 Authorised by an approver token (`auth.approver_tokens`, decided_by: its name) or the admin token
-(decided_by: "admin"); anything else is 401 (no credentials) or 403. Errors are `{"error": "..."}`.
+(decided_by: `auth.admin_token_name`, "admin" unless set); anything else is 401 (no credentials) or 403. Errors are `{"error": "..."}`.
 Times are ISO 8601 UTC.
 """
 

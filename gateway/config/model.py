@@ -163,6 +163,9 @@ class ApprovalsConfig(_Strict):
 class AuthConfig(_Strict):
     tokens: list[TokenConfig] = Field(default_factory=list)
     admin_token_sha256: str | None = Field(None, pattern=r"^[0-9a-fA-F]{64}$")
+    # Who the admin token is in the records it leaves: an approval's decided_by, a fence note's
+    # resolved_by, a pin's reviewed_by (docs/console.md).
+    admin_token_name: str = Field("admin", min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]+$")
     # The gateway as an OAuth 2.1 resource server (gateway/config/oauth.py, docs/auth.md).
     oauth: OAuthConfig | None = None
     # Who may decide held calls (never an agent token): docs/approvals.md.
@@ -517,7 +520,18 @@ class GatewayConfig(_Strict):
                                    "approver a token of its own")
             if a.name in names:
                 raise _PathedError(("auth", "approver_tokens", i, "name"), f"duplicate approver name {a.name!r}")
+            if a.name == self.auth.admin_token_name:
+                raise _PathedError(("auth", "approver_tokens", i, "name"),
+                                   f"{a.name!r} is the admin token's name (auth.admin_token_name): the records "
+                                   "could not tell who decided")
             names.add(a.name)
+        return self
+
+    @model_validator(mode="after")
+    def _console_issuer_is_trusted(self) -> "GatewayConfig":
+        oauth = self.auth.oauth
+        if oauth is not None and (why := oauth.console_issuer_untrusted()) is not None:
+            raise _PathedError(("auth", "oauth", "console", "issuer"), why)
         return self
 
     @model_validator(mode="after")

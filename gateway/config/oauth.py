@@ -16,7 +16,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from .grants import check_env_name
 
 __all__ = [
-    "ASYMMETRIC_ALGORITHMS", "ClaimGrantConfig", "IssuerConfig", "OAuthConfig", "ScopeGrantConfig",
+    "ASYMMETRIC_ALGORITHMS", "ClaimGrantConfig", "ConsoleLoginConfig", "IssuerConfig", "OAuthConfig", "ScopeGrantConfig",
     "check_oauth_url", "is_loopback_url_host",
 ]
 
@@ -119,6 +119,25 @@ class ClaimGrantConfig(ScopeGrantConfig):
         return v
 
 
+# RFC 6749 §3.3: a scope token is printable ASCII without space, '"' and '\\'.
+_SCOPE_TOKEN = r'^[\x21\x23-\x5b\x5d-\x7e]+$'
+
+
+class ConsoleLoginConfig(_Strict):
+    """`auth.oauth.console`: people sign in to the operator console at an issuer of `auth.oauth`
+    with the authorization code flow and PKCE, as a public client (no secret: the page is public).
+    The token the page gets is checked like any other (audience, issuer, signature); approvers are
+    who `auth.oauth.approvers` names (docs/console.md)."""
+
+    # The console's client id at the issuer (registered there as a public client whose redirect
+    # URI is <gateway>/console/callback).
+    client_id: str = Field(min_length=1, max_length=256, pattern=r"^[\x21-\x7e]+$")
+    # Asked for at the issuer. Absent: `openid` and `auth.oauth.required_scopes`.
+    scopes: list[Annotated[str, Field(pattern=_SCOPE_TOKEN)]] | None = Field(None, min_length=1)
+    # One of `auth.oauth.issuers`; absent: the first.
+    issuer: IssuerUrl | None = None
+
+
 class OAuthConfig(_Strict):
     # The canonical URL of this gateway's MCP endpoint: the audience every token must carry.
     resource: Url
@@ -148,6 +167,8 @@ class OAuthConfig(_Strict):
     # OAuth identities that may decide held calls on /admin/approvals (docs/approvals.md): those whose
     # claims meet this (each named claim has one of the listed values, as a grant's `when`). None: none.
     approvers: dict[str, list[str]] | None = Field(None, min_length=1)
+    # Sign-in on the operator console (docs/console.md): absent, the console takes pasted tokens only.
+    console: ConsoleLoginConfig | None = None
 
     @field_validator("algorithms")
     @classmethod
@@ -178,6 +199,26 @@ class OAuthConfig(_Strict):
                             f"principal_prefix {prefixes[a]!r} (issuer {self.issuers[a].issuer}) is a prefix of "
                             f"{prefixes[b]!r} (issuer {self.issuers[b].issuer}): two issuers' principals could collide")
         return self
+
+    def console_issuer_untrusted(self) -> str | None:
+        """Why `console.issuer` cannot be used (it is not one of `issuers`), else None."""
+        console = self.console
+        if console is None or console.issuer is None or console.issuer in {i.issuer for i in self.issuers}:
+            return None
+        return (f"{console.issuer!r} is not one of auth.oauth.issuers: the gateway would refuse the tokens "
+                "the console gets there")
+
+    def console_issuer(self) -> str | None:
+        """The issuer the console signs people in at (None: no console sign-in)."""
+        if self.console is None:
+            return None
+        return self.console.issuer or self.issuers[0].issuer
+
+    def console_scope(self) -> str:
+        """The `scope` the console asks for: its `scopes`, else openid and the required scopes."""
+        assert self.console is not None
+        scopes = self.console.scopes or ["openid", *self.required_scopes]
+        return " ".join(dict.fromkeys(scopes))
 
     def prefix_of(self, issuer: IssuerConfig) -> str:
         if issuer.principal_prefix is not None:

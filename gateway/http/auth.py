@@ -155,14 +155,14 @@ class Authenticator:
 
     async def approver(self, authorization: str | None) -> str | None:
         """Who may decide held calls with this Authorization header (docs/approvals.md): the name of
-        an `auth.approver_tokens` entry, "admin" for the admin token, the principal of an OAuth
+        an `auth.approver_tokens` entry, `auth.admin_token_name` for the admin token, the principal of an OAuth
         token whose claims meet `auth.oauth.approvers`; None for anyone else (a static agent token
         included: an approver token is never an agent token)."""
         token = _bearer(authorization)
         if token is None:
             return None
         if self.is_admin(authorization):
-            return "admin"
+            return self.config.admin_token_name
         digest = sha256_hex(token)
         found = None
         for entry in self.config.approver_tokens:

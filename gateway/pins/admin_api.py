@@ -47,8 +47,10 @@ def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
-def pin_routes(pins: Callable[[], ToolPins | None], authorize: Callable[[Request], Awaitable[bool]]) -> list[Route]:
-    """`pins`: the running service (None while the gateway starts: 503)."""
+def pin_routes(pins: Callable[[], ToolPins | None], authorize: Callable[[Request], Awaitable[bool]],
+               *, admin_name: str = "admin") -> list[Route]:
+    """`pins`: the running service (None while the gateway starts: 503); `admin_name`: who the admin
+    token is in a pin's `reviewed_by` (`auth.admin_token_name`)."""
 
     async def guarded(request: Request) -> ToolPins | JSONResponse:
         if not await authorize(request):
@@ -80,7 +82,7 @@ def pin_routes(pins: Callable[[], ToolPins | None], authorize: Callable[[Request
         if verdict not in ("accept", "reject"):
             return _error(404, f"no such action {verdict!r}: use accept or reject")
         try:
-            pin = await service.review(upstream, tool, verdict == "accept", by="admin")
+            pin = await service.review(upstream, tool, verdict == "accept", by=admin_name)
         except Exception:  # noqa: BLE001 - a busy database: nothing changed
             logger.warning("admin API: a pin review failed", exc_info=True)
             return _error(503, "the gateway's database was busy; nothing was changed, try again")

@@ -255,8 +255,11 @@ class CallPipeline:
         if route is None and (held := self._catalog.held(call.name)) is not None:
             withheld, text = held
             if self._scope.may_use_tool(call.principal, withheld.name, withheld.upstream):
+                # Only a principal that may use it learns why: policy first (a denied principal
+                # gets "unknown tool", as for any tool a rule denies).
+                self._check_policy(withheld, call)
                 self._audit.refused(withheld, call, "held for review (pinning: hold)")
-                raise ToolHeldForReview(call.name, text)  # only a principal that may use it learns why
+                raise ToolHeldForReview(call.name, text)
         if route is None:
             raise UnknownToolError(call.name)
         if not self._scope.may_use_tool(call.principal, route.name, route.upstream):

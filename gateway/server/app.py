@@ -267,15 +267,17 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
     ]
     routes.extend(protected_resource_routes(config))  # RFC 9728, with auth.oauth
     routes.extend(admin_routes(connectors, _admin_check(authenticator)))
+    admin_name = config.auth.admin_token_name
     routes.extend(pin_routes(lambda: holder.runtime.pins if holder.runtime is not None else None,
-                             _admin_check(authenticator)))
+                             _admin_check(authenticator), admin_name=admin_name))
     routes.extend(audit_routes(lambda: (None if holder.runtime is None else holder.runtime.audit, holder.runtime is not None),
                                _admin_check(authenticator)))
     routes.extend(approval_routes(lambda: holder.runtime.approvals if holder.runtime is not None else None,
                                   _approver_check(authenticator)))
     routes.extend(ops.routes(authenticator))
-    routes.extend(operator_routes(lambda: _operator_view(holder.runtime), _admin_check(authenticator)))
-    routes.extend(console_routes())
+    routes.extend(operator_routes(lambda: _operator_view(holder.runtime), _admin_check(authenticator),
+                                  admin_name=admin_name))
+    routes.extend(console_routes(config.auth.oauth, _approver_check(authenticator), _admin_check(authenticator)))
     app = _GatewayApp(config.server.path, ops.edge(front, authenticator), routes=routes, lifespan=lifespan)
     app.guard_admin(HostOriginPolicy(config.server))
     # /media: the same Host/Origin guard and bearer auth as /mcp (gateway/media/serving.py).

@@ -155,9 +155,10 @@ def _task(record: TaskRecord) -> JsonObject:
 
 def operator_routes(
     view: Callable[[], OperatorView | None], authorize: Callable[[Request], Awaitable[bool]],
-    *, clock: Callable[[], float] = time.time,
+    *, clock: Callable[[], float] = time.time, admin_name: str = "admin",
 ) -> list[Route]:
-    """The routes; `view`: the running gateway's parts (None while it starts)."""
+    """The routes; `view`: the running gateway's parts (None while it starts); `admin_name`: who the
+    admin token is in a fence note's `resolved_by` (`auth.admin_token_name`)."""
 
     def guarded(handler: Callable[[Request, OperatorView], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
@@ -222,7 +223,7 @@ def operator_routes(
         if record.state is not FenceState.UNKNOWN:
             return _error(409, f"fence {fence_id!r} is {record.state.value}, not unknown: nothing to resolve")
         made, resolution = await v.resolutions.resolve(
-            Resolution(fence_id=fence_id, note=ask.note.strip() or ask.note, resolved_by="admin", resolved_at=clock()))
+            Resolution(fence_id=fence_id, note=ask.note.strip() or ask.note, resolved_by=admin_name, resolved_at=clock()))
         body_out = _fence(record, resolution)
         if not made:
             return JSONResponse({"error": "this fence was already resolved; the first note stands", **body_out},

@@ -7,7 +7,7 @@ import hashlib
 import pytest
 
 from gateway.config.model import config_from_text
-from gateway.errors import ConfigError
+from tests.support.config_errors import assert_refused
 
 
 def sha(token: str) -> str:
@@ -70,13 +70,7 @@ REFUSED = {
 
 @pytest.mark.parametrize("case", list(REFUSED))
 def test_mistakes_are_refused_with_file_and_line(case: str) -> None:
-    text, line, words = REFUSED[case]
-    with pytest.raises(ConfigError) as refused:
-        config_from_text(text, source="gateway.yaml")
-    message = str(refused.value)
-    assert f"gateway.yaml:{line}" in message, message
-    for word in words:
-        assert word in message, (word, message)
+    assert_refused(*REFUSED[case])
 
 
 def test_oauth_principals_get_their_mode_from_the_config_and_matching_grants() -> None:

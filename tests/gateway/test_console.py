@@ -77,7 +77,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     with start_http_server("tasks_server", state_dir=root / "tasks") as tasks_upstream:
         config = write_config(root, {
             "auth": {"tokens": [{"principal": HOSTILE_PRINCIPAL, "token_sha256": _sha(AGENT)}],
-                     "admin_token_sha256": _sha(ADMIN)},
+                     "admin_token_sha256": _sha(ADMIN), "admin_token_name": "night-desk"},
             "upstreams": [
                 {"name": "ledger", "transport": "stdio", "command": sys.executable, "args": [str(SCRIPT_PATH)],
                  "env": {STATE_ENV: str(ledger)}, "cwd": str(REPO_ROOT)},
@@ -156,6 +156,7 @@ def test_resolving_an_unknown_fence_keeps_its_answer_for_retries(setup: Setup) -
     made = setup.admin("POST", f"/admin/fences/{fence_id}/resolve", json={"note": "charged once, checked in the ledger"})
     assert made.status_code == 200, made.text
     assert made.json()["resolution"]["note"] == "charged once, checked in the ledger"
+    assert made.json()["resolution"]["by"] == "night-desk"  # auth.admin_token_name: who resolved it
     again = setup.admin("POST", f"/admin/fences/{fence_id}/resolve", json={"note": "other"})
     assert again.status_code == 409 and again.json()["resolution"]["note"] == "charged once, checked in the ledger"
     assert fence_id not in [f["fence_id"] for f in setup.admin("GET", "/admin/fences").json()["fences"]]
@@ -214,7 +215,7 @@ def test_fences_view_resolves_with_a_note_from_the_keyboard(setup: Setup, page: 
     page.keyboard.press("Tab")
     expect(card.get_by_role("button", name="Mark as resolved")).to_be_focused()
     page.keyboard.press("Enter")
-    expect(card.locator(".outcome")).to_have_text("Resolved by admin: not charged: the ledger has no entry <b>ok</b>")
+    expect(card.locator(".outcome")).to_have_text("Resolved by night-desk: not charged: the ledger has no entry <b>ok</b>")
     assert len(setup.admin("GET", "/admin/fences").json()["fences"]) == len(to_check) - 1
     page.select_option("#fences-resolved", "true")
     resolved = page.locator("#view-fences article.fence .outcome", has_text="not charged: the ledger has no entry <b>ok</b>")

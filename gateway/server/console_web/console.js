@@ -14,7 +14,7 @@
   const TOKEN_KEY = "dex-console-token";
   const ADMIN_VIEWS = ["upstreams", "tools", "approvals", "pins", "fences", "tasks", "audit"];
   const APPROVER_VIEWS = ["approvals"];
-  const state = { token: "", role: null, view: null, auditBefore: null, poll: null };
+  const state = { token: "", role: null, name: null, view: null, auditBefore: null, poll: null, signIn: null };
   const $ = (id) => document.getElementById(id);
 
   // Not shown as themselves: controls, format (bidi, zero-width), surrogates, private use,
@@ -77,6 +77,11 @@
     let data = {};
     try { data = await response.json(); } catch (e) { data = {}; }
     if (!data || typeof data !== "object") data = {};
+    if (response.status === 401 && state.role) {
+      // The token stopped working while connected (a signed-in token expired, a token was removed).
+      logout("", "The gateway no longer accepts this token (it may have expired): sign in again." +
+        (data.error ? " (" + String(data.error) + ")" : ""));
+    }
     return { ok: response.ok, status: response.status, data };
   }
 
@@ -473,41 +478,87 @@
     await loaders[view]();
   }
 
-  function logout(message) {
+  function loginError(message) {
+    $("login-error").textContent = message ? visible(message) : "";
+    $("login-error").hidden = !message;
+  }
+
+  // Forgets the token (and every view's content); `refusal`: why, shown as an alert.
+  function logout(message, refusal) {
     state.token = "";
     state.role = null;
+    state.name = null;
     sessionStorage.removeItem(TOKEN_KEY);
+    for (const name of ADMIN_VIEWS) section(name).content.replaceChildren();
     $("app").hidden = true;
     $("login").hidden = false;
+    $("oauth-login").hidden = !state.signIn;
+    loginError(refusal || "");
     setStatus("Not connected" + (message ? ": " + message : "."));
   }
 
-  async function connect(token, view) {
+  // `viaSignIn`: the token comes from the identity provider (the person signed in there).
+  async function connect(token, view, viaSignIn) {
     state.token = token;
-    const probe = await api("GET", "/admin/upstreams");
-    if (probe.ok) {
-      state.role = "admin";
-    } else if (probe.status === 401 || probe.status === 403) {
-      const approvals = await api("GET", "/admin/approvals?state=pending");
-      if (!approvals.ok) return logout(approvals.status === 404 ? "the gateway refused the token" : text(approvals.data.error || "the gateway refused the token"));
-      state.role = "approver";
-    } else {
-      return logout(text(probe.data.error || "the gateway did not answer (" + probe.status + ")"));
+    const who = await api("GET", "/admin/whoami");
+    if (!who.ok || (who.data.role !== "admin" && who.data.role !== "approver")) {
+      const why = text(who.data.error || "the gateway did not answer (" + who.status + ")");
+      if (viaSignIn && (who.status === 401 || who.status === 403)) {
+        return logout("", "You signed in at the identity provider, but the gateway does not accept you on the console: " + why);
+      }
+      return logout(why);
     }
+    state.role = who.data.role;
+    state.name = who.data.name;
     sessionStorage.setItem(TOKEN_KEY, token);
     for (const nav of document.querySelectorAll("nav [data-admin]")) nav.hidden = state.role !== "admin";
     $("login").hidden = true;
+    $("oauth-login").hidden = true;
+    loginError("");
     $("app").hidden = false;
-    setStatus(state.role === "admin" ? "Connected with the admin token." : "Connected as an approver: approvals only.");
+    setStatus(state.role === "admin"
+      ? "Connected as " + text(state.name) + " (the admin token)."
+      : "Signed in as " + text(state.name) + ", an approver: approvals only.");
     await show(view || (state.role === "admin" ? "upstreams" : "approvals"), false);
   }
 
-  document.addEventListener("DOMContentLoaded", () => {
+  // Sign-in at the identity provider (console_login.js): offered when auth.oauth.console is set.
+  async function setUpSignIn() {
+    const login = window.DexConsoleLogin;
+    state.signIn = login ? await login.settings() : null;
+    if (!state.signIn) return false;
+    $("oauth-issuer").textContent = visible(state.signIn.issuer);
+    $("oauth-login").hidden = !$("app").hidden;
+    $("oauth-start").addEventListener("click", async (event) => {
+      event.target.disabled = true;
+      loginError("");
+      setStatus("Going to the identity provider…");
+      try {
+        await login.start(state.signIn);
+      } catch (e) {
+        event.target.disabled = false;
+        logout("", "Sign-in could not start: " + (e instanceof login.LoginError ? e.message : "the identity provider could not be reached"));
+      }
+    });
+    if (!login.isCallback(state.signIn)) return false;
+    setStatus("Finishing the sign-in…");
+    let token;
+    try {
+      token = await login.finish();
+    } catch (e) {
+      logout("", e instanceof login.LoginError ? e.message : "The sign-in failed.");
+      return true;
+    }
+    await connect(token, null, true);
+    return true;
+  }
+
+  document.addEventListener("DOMContentLoaded", async () => {
     $("login").addEventListener("submit", (event) => {
       event.preventDefault();
       connect($("token").value.trim(), null);
     });
-    $("logout").addEventListener("click", () => logout(""));
+    $("logout").addEventListener("click", () => logout("signed out; the token is forgotten."));
     for (const nav of document.querySelectorAll("nav [data-view]")) {
       nav.addEventListener("click", () => show(nav.dataset.view, true));
     }
@@ -524,6 +575,8 @@
     const token = fragment.get("token") || sessionStorage.getItem(TOKEN_KEY);
     const view = fragment.get("view");
     if (fragment.has("token") || fragment.has("view")) history.replaceState(null, "", location.pathname + location.search);
-    if (token) connect(token, view);
+    if (await setUpSignIn()) return;  // the identity provider's answer (/console/callback)
+    if (location.pathname !== "/console" && location.pathname !== "/console/") history.replaceState(null, "", "/console");
+    if (token) connect(token, view, false);
   });
 })();
