@@ -11,10 +11,13 @@ HTTP with sessions, the SDK speaks both eras; the questions work only on the han
     ask_name()          asks the user's name (elicitation), answers "hello <name>"
     ask_model(question) asks the client's model (sampling), answers "the model said: <text>"
     echo(text)          answers "echo: <text>" (asks nothing)
+    sign_guestbook()    a non-idempotent write that asks the name (elicitation), then writes it:
+                        answers "signed by <name> (entry <n>)", n counting this process's writes
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 import warnings
@@ -58,6 +61,18 @@ async def ask_model(question: str, ctx: Context) -> str:
         max_tokens=50, related_request_id=ctx.request_id)
     content = reply.content
     return f"the model said: {content.text if isinstance(content, types.TextContent) else content}"
+
+
+_entries = itertools.count(1)  # the guestbook's writes (a run of the server is one test's upstream)
+
+
+@app.tool(meta={"io.superdurable.dex/effect": "non_idempotent_write"})
+async def sign_guestbook(ctx: Context) -> str:
+    """Ask the user's name, then write it in the guestbook (a write: it runs once per key)."""
+    answer = await ctx.elicit("Who signs?", Name)
+    if answer.action != "accept" or answer.data is None:
+        return f"not signed ({answer.action})"
+    return f"signed by {answer.data.name} (entry {next(_entries)})"
 
 
 @app.tool()
