@@ -89,9 +89,12 @@ async def test_a_2026_client_that_can_answer_gets_the_session_questions_as_round
                 assert text_of(await modern.call_tool("ask_model", {"question": "hi?"})) == "the model said: sampled"
                 assert text_of(await modern.call_tool("ask_name", {})) == "hello Ada"
                 assert text_of(await modern.call_tool("echo", {"text": "y"})) == "echo: y"
+            # Another refusal (-32600, not "no back-channel") is the tool's answer: not sent again.
+            assert await failure(modern, "refuse") == "MCP error -32600: not today"
         assert recorder.asked == ["elicitation/create", "sampling/createMessage", "elicitation/create"]
         assert gateway.log.count("opening a handshake-era session for callers that can be asked") == 1
         assert gateway.log.count("asks only through a session") == 2  # learnt once per tool
+        assert "tool refuse asks" not in gateway.log
 
 
 async def test_a_2026_client_that_cannot_answer_keeps_2026_07_28(tmp_path: Path, upstream_url: str) -> None:

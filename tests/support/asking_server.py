@@ -11,6 +11,7 @@ HTTP with sessions, the SDK speaks both eras; the questions work only on the han
     ask_name()          asks the user's name (elicitation), answers "hello <name>"
     ask_model(question) asks the client's model (sampling), answers "the model said: <text>"
     echo(text)          answers "echo: <text>" (asks nothing)
+    refuse()            refuses the request (JSON-RPC -32600 "not today"), asking nothing
     sign_guestbook()    a non-idempotent write that asks the name (elicitation), then writes it:
                         answers "signed by <name> (entry <n>)", n counting this process's writes
 """
@@ -30,6 +31,8 @@ import mcp_types as types  # noqa: E402
 from example_runtime import build_parser, serve  # noqa: E402
 from mcp.server import MCPServer  # noqa: E402
 from mcp.server.mcpserver import Context  # noqa: E402
+from mcp.shared.exceptions import MCPError  # noqa: E402
+from mcp_types import INVALID_REQUEST  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 from starlette.types import ASGIApp, Receive, Scope, Send  # noqa: E402
 
@@ -73,6 +76,12 @@ async def sign_guestbook(ctx: Context) -> str:
     if answer.action != "accept" or answer.data is None:
         return f"not signed ({answer.action})"
     return f"signed by {answer.data.name} (entry {next(_entries)})"
+
+
+@app.tool()
+async def refuse() -> str:
+    """Refuse the request (an error that is not about asking)."""
+    raise MCPError(INVALID_REQUEST, "not today")
 
 
 @app.tool()
