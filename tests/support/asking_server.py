@@ -47,13 +47,17 @@ class Name(BaseModel):
     name: str
 
 
+async def asked_name(ctx: Context, question: str) -> str | None:
+    """The name the user gives (elicitation through the session); None when they do not accept."""
+    answer = await ctx.elicit(question, Name)
+    return answer.data.name if answer.action == "accept" and answer.data is not None else None
+
+
 @app.tool()
 async def ask_name(ctx: Context) -> str:
     """Ask the user for their name, then greet them."""
-    answer = await ctx.elicit("What is your name?", Name)
-    if answer.action != "accept" or answer.data is None:
-        return f"no name ({answer.action})"
-    return f"hello {answer.data.name}"
+    name = await asked_name(ctx, "What is your name?")
+    return "no name" if name is None else f"hello {name}"
 
 
 @app.tool()
@@ -72,10 +76,8 @@ _entries = itertools.count(1)  # the guestbook's writes (a run of the server is 
 @app.tool(meta={"io.superdurable.dex/effect": "non_idempotent_write"})
 async def sign_guestbook(ctx: Context) -> str:
     """Ask the user's name, then write it in the guestbook (a write: it runs once per key)."""
-    answer = await ctx.elicit("Who signs?", Name)
-    if answer.action != "accept" or answer.data is None:
-        return f"not signed ({answer.action})"
-    return f"signed by {answer.data.name} (entry {next(_entries)})"
+    name = await asked_name(ctx, "Who signs?")
+    return "not signed" if name is None else f"signed by {name} (entry {next(_entries)})"
 
 
 @app.tool()
