@@ -139,8 +139,11 @@ class CallPipeline:
             route = await self._route(call)
             self._check_policy(route, call)
             parking = self._parking
+            # Only a 2026-07-28 client that can answer is parked for its upstream's questions (may_ask):
+            # every other call awaits nothing more here.
             if parking is not None and call.relay is not None and parking.takes(
-                call.era, call.relay, call.rounds, upstream_may_ask=self._upstream_may_ask(route, call)
+                call.era, call.relay, call.rounds,
+                upstream_may_ask=parking.may_ask(call.relay) and await self._upstream_may_ask(route, call),
             ):
                 async def work(relay: CallRelay) -> CallResult:
                     return await self.call(replace(call, relay=relay), parked=route)
@@ -160,14 +163,18 @@ class CallPipeline:
             return InputRound(answer.to_wire())
         return Answered(unanswerable(call.name, answer))  # only a 2026-07-28 client takes a round
 
-    def _upstream_may_ask(self, route: ToolRoute, call: ToolCall) -> bool:
+    async def _upstream_may_ask(self, route: ToolRoute, call: ToolCall) -> bool:
         """Whether the tool's upstream may ask the client something with a server-to-client request
         (the handshake era; a 2026-07-28 upstream asks with input_required results itself) in a call
-        that does not run as a task (a client that takes tasks answers the task's questions)."""
+        that does not run as a task (a client that takes tasks answers the task's questions): a
+        handshake-era upstream, or one that serves both eras and may take this caller's call on the
+        handshake era (the era per caller, `Upstream.may_take_on_handshake`)."""
         if route.upstream is None or client_takes_tasks(call.meta):
             return False  # a connector never asks
         upstream = self._upstreams.get(route.upstream)
-        return upstream is not None and Era.of(upstream.protocol_version) is Era.HANDSHAKE
+        if upstream is None:
+            return False
+        return Era.of(upstream.protocol_version) is Era.HANDSHAKE or await upstream.may_take_on_handshake(call.relay, route.target)
 
     async def tail(self, route: ToolRoute, call: ToolCall, *, admitted: bool = False) -> Answer:
         """The answer of a routed call (the pipeline's tail): a read is sent, a write without a key

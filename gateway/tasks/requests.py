@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..pipeline.stages import Request, ToolCall
+from ..errors import UpstreamRpcError
 from ..upstreams.relay import CallRelay
 from ..protocol import Era
 from ..pipeline.catalog import ToolRoute
@@ -50,9 +51,15 @@ class TaskRequests:
                              timeout: float | None = None) -> dict[str, Any]:
             # The era per caller: a plain call on the handshake-era session, unless the upstream can
             # run this tool as a task (then as a 2026-07-28 call the gateway follows, its questions
-            # inside the task).
+            # inside the task). A 2026-07-28 caller's call goes there once the tool proved it asks
+            # only through a session ("no back-channel" on 2026-07-28: sent again there).
             if await upstream.handshake_takes(relay, route.target):
                 return await upstream.request(method, params, relay=relay, timeout=timeout, caller=caller)
-            return await as_task(method, params, relay=relay, timeout=timeout)
+            try:
+                return await as_task(method, params, relay=relay, timeout=timeout)
+            except UpstreamRpcError as exc:
+                if not await upstream.sends_again_on_handshake(relay, route.target, exc):
+                    raise
+            return await upstream.request(method, params, relay=relay, timeout=timeout, caller=caller)
 
         return per_caller

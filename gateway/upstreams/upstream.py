@@ -21,7 +21,7 @@ from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
-from mcp_types import METHOD_NOT_FOUND
+from mcp_types import INVALID_REQUEST, METHOD_NOT_FOUND
 
 from ..auth.principals import Identity
 from ..config.model import HttpUpstreamConfig, StdioUpstreamConfig
@@ -35,7 +35,7 @@ from ..errors import (
 )
 from .caller_sessions import CallerSessions
 from .credentials import Bearer, UpstreamCredentials
-from .relay import ASKING_CAPABILITIES, CallRelay
+from .relay import ASKING_CAPABILITIES, CAPABILITY_OF, CallRelay
 from ..telemetry.tracing import upstream_request_span
 from .channels.base import Channel
 from .channels.http import HttpChannel
@@ -90,6 +90,7 @@ class Upstream:
         self._handshake_refused_until = 0.0  # monotonic: the upstream refused `initialize` (asks_on_handshake)
         self._handshake_task_tools: frozenset[str] = frozenset()  # task-capable there (handshake_takes)
         self._handshake_listed: Connection | None = None  # the session those were listed on
+        self._asks_on_session: set[str] = set()  # tools seen to answer "no back-channel" on 2026 (handshake_takes)
 
     async def request(
         self,
@@ -141,22 +142,34 @@ class Upstream:
                 raise
 
     def asks_on_handshake(self, relay: CallRelay | None) -> bool:
-        """The era per caller (`protocol: auto`): a handshake-era caller that can be asked something
-        (elicitation, sampling, roots on its session) reaches an upstream that speaks 2026-07-28 on
-        the handshake era too, where a tool that asks through its session (the SDK's `ctx.elicit`,
-        `create_message`) can ask; every other caller keeps the faster 2026-07-28 connection.
+        """The era per caller (`protocol: auto`), the one rule: a caller that can be asked something
+        reaches an upstream that speaks 2026-07-28 on the handshake era too, where a tool that asks
+        through its session (the SDK's `ctx.elicit`, `create_message`) can ask; every other caller
+        keeps the faster 2026-07-28 connection. "Can be asked": the caller's relay declares
+        elicitation, sampling or roots --
+
+        * a handshake-era caller, on its session: its calls go on the handshake era (the questions
+          are relayed on its session), `handshake_takes`;
+        * a 2026-07-28 caller, in its request's client capabilities: its call goes on 2026-07-28,
+          where a tool that asks the 2026 way answers `input_required` itself; a tool that answers
+          "no back-channel" instead asks only through a session: the call is sent again on the
+          handshake era (`sends_again_on_handshake`), and so is every later call of that tool by
+          such a caller. The pipeline parks these calls (`may_take_on_handshake`), so the questions
+          reach the caller as `input_required` rounds (gateway/pipeline/rounds.py).
+
         Whether the upstream also speaks the handshake era is learnt by asking (an SDK server's
         `server/discover` lists only 2026-07-28 while it serves `initialize` too): one that refuses
         `initialize` is not asked again for `_HANDSHAKE_RETRY_SECONDS`. An upstream that takes each
-        caller's own token (token_exchange) keeps one era."""
-        if relay is None or relay.modern or not self._era_per_caller or self.protocol_version != MODERN_VERSION:
+        caller's own token (token_exchange) keeps one era. This check is synchronous: a call it does
+        not concern awaits nothing more."""
+        if relay is None or not self._era_per_caller or self.protocol_version != MODERN_VERSION:
             return False
         if self._handshake_refused_until > time.monotonic():
             return False
         return any(relay.client_capabilities().get(kind) is not None for kind in ASKING_CAPABILITIES)
 
-    async def handshake_takes(self, relay: CallRelay | None, tool: str | None) -> bool:
-        """Whether this request goes on the handshake-era session (`asks_on_handshake`), opening it
+    async def may_take_on_handshake(self, relay: CallRelay | None, tool: str | None) -> bool:
+        """Whether a request may go on the handshake-era session (`asks_on_handshake`), opening it
         first. A tool the upstream can run as a task (its handshake-era listing says
         `execution.taskSupport: optional` or `required`) keeps 2026-07-28: its questions travel
         inside the task (input_required), which the gateway follows and relays in both eras."""
@@ -165,6 +178,30 @@ class Upstream:
         if await self._handshake_connected() is None:
             return False
         return tool is None or tool not in self._handshake_task_tools
+
+    async def handshake_takes(self, relay: CallRelay | None, tool: str | None) -> bool:
+        """Whether this request goes on the handshake-era session now: a handshake-era caller's
+        whenever it may (`may_take_on_handshake`); a 2026-07-28 caller's only for a tool seen to ask
+        through its session (`sends_again_on_handshake`)."""
+        if relay is not None and relay.modern and (tool is None or tool not in self._asks_on_session):
+            return False
+        return await self.may_take_on_handshake(relay, tool)
+
+    async def sends_again_on_handshake(self, relay: CallRelay | None, tool: str, refusal: UpstreamRpcError) -> bool:
+        """A 2026-07-28 caller's call of `tool` was refused on 2026-07-28 because the tool asks only
+        through a session (the SDK's `NoBackChannelError`: -32600 "Cannot send 'elicitation/create':
+        ... no back-channel"; the tool stopped at its question): True when the call is to be sent
+        again on the handshake era (the caller can answer, the upstream speaks it), remembering the
+        tool so its later calls go there at once (`handshake_takes`)."""
+        if relay is None or not relay.modern or not _no_back_channel(refusal):
+            return False
+        if not await self.may_take_on_handshake(relay, tool):
+            return False
+        if tool not in self._asks_on_session:
+            logger.info("upstream %s: tool %s asks only through a session; 2026-07-28 callers that can answer "
+                        "reach it on the handshake era", self.name, tool)
+            self._asks_on_session.add(tool)
+        return True
 
     async def _handshake_connected(self) -> Connection | None:
         """The handshake-era session of an upstream that speaks both eras, negotiated (made with
@@ -382,6 +419,14 @@ class Upstream:
                 await self._caller_transport.aclose()
             if self.credentials is not None:
                 await self.credentials.aclose()
+
+
+def _no_back_channel(refusal: UpstreamRpcError) -> bool:
+    """The MCP SDK's refusal of a question asked through a session that has no back-channel
+    (`NoBackChannelError`: -32600 "Cannot send 'elicitation/create': ... no back-channel ...")."""
+    message = refusal.rpc_message
+    return refusal.code == INVALID_REQUEST and "no back-channel" in message and \
+        any(f"'{method}'" in message for method in CAPABILITY_OF)
 
 
 def resend_delay(config: StdioUpstreamConfig | HttpUpstreamConfig, attempt: int) -> float:

@@ -84,13 +84,16 @@ class Recorder:
         return sum(1 for n in self.notifications if isinstance(n, types.ResourceUpdatedNotification) and n.params.uri == uri)
 
 
-def client(url: str, *, mode: str, recorder: Recorder | None = None) -> Client:
-    """The SDK client: `legacy` (2025-11-25, a session with sampling, elicitation and roots) or `2026-07-28`."""
+def client(url: str, *, mode: str, recorder: Recorder | None = None, answers: bool = True) -> Client:
+    """The SDK client: `legacy` (2025-11-25, a session with sampling, elicitation and roots) or `2026-07-28`
+    (the same capabilities in each request's `_meta`). `answers=False`: a client without those callbacks,
+    which declares none of those capabilities."""
     http = httpx2.AsyncClient(timeout=httpx2.Timeout(30, read=120))
     recorder = recorder or Recorder()
+    callbacks: dict[str, Any] = dict(list_roots_callback=recorder.roots, elicitation_callback=recorder.elicit,
+                                     sampling_callback=recorder.sample) if answers else {}
     return Client(streamable_http_client(url, http_client=http), mode=mode, read_timeout_seconds=60,  # type: ignore[arg-type]
-                  list_roots_callback=recorder.roots, elicitation_callback=recorder.elicit,
-                  sampling_callback=recorder.sample, message_handler=recorder.message, cache=None)
+                  message_handler=recorder.message, cache=None, **callbacks)
 
 
 def text_of(result: types.CallToolResult) -> str:

@@ -1,6 +1,8 @@
 """The era per caller (issue 26 item 2, docs/interop.md "The era per caller"): with `protocol: auto`,
-a handshake-era caller that can be asked something reaches an upstream serving both eras on the
-handshake era, where a tool that asks through its session works; everything else keeps 2026-07-28.
+a caller that can be asked something -- a handshake-era caller with elicitation, sampling or roots on
+its session, or a 2026-07-28 caller declaring them in its requests (its questions become
+`input_required` rounds) -- reaches an upstream serving both eras on the handshake era when a tool
+asks only through its session; everything else keeps 2026-07-28.
 
 The upstream is an ordinary MCP SDK 2.x server (tests/support/asking_server.py: `MCPServer`,
 `ctx.elicit`, `ctx.session.create_message`) with sessions, which serves both eras; the clients are
@@ -20,6 +22,7 @@ import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
+from gateway.conventions.keys import IDEMPOTENCY_KEY, REPLAYED_KEY
 from tests.interop.support import Recorder, client, gateway_for, text_of
 from tests.support.gateway import http_upstream
 from tests.support.processes import spawn_listening, terminate
@@ -71,16 +74,62 @@ async def test_a_handshake_client_that_can_answer_gets_the_session_questions(tmp
         assert gateway.log.count("opening a handshake-era session for callers that can be asked") == 1
 
 
-async def test_other_callers_keep_2026_07_28(tmp_path: Path, upstream_url: str) -> None:
-    # A 2026-07-28 caller stays on 2026-07-28 (its plain calls stand alone: any replica, no session);
-    # such a tool cannot ask there, and the client is told so, not left hanging.
-    with gateway_for(tmp_path, http_upstream("ask", upstream_url, prefix="", keyless_writes="pass")) as gateway:
+@pytest.mark.parametrize("stateful", [True, False], ids=["stateful", "stateless"])
+async def test_a_2026_client_that_can_answer_gets_the_session_questions_as_rounds(
+        tmp_path: Path, upstream_url: str, stateful: bool) -> None:
+    # Its request declares elicitation and sampling: the tool says "no back-channel" on 2026-07-28,
+    # so the call is sent again on the handshake era, parked, and its questions reach the SDK client
+    # as input_required rounds, which it answers with its callbacks; later calls go there at once.
+    with gateway_for(tmp_path, http_upstream("ask", upstream_url, prefix="", keyless_writes="pass"),
+                     stateful=stateful) as gateway:
         recorder = Recorder()
         async with client(gateway.url, mode="2026-07-28", recorder=recorder) as modern:
+            with anyio.fail_after(30):
+                assert text_of(await modern.call_tool("ask_name", {})) == "hello Ada"
+                assert text_of(await modern.call_tool("ask_model", {"question": "hi?"})) == "the model said: sampled"
+                assert text_of(await modern.call_tool("ask_name", {})) == "hello Ada"
+                assert text_of(await modern.call_tool("echo", {"text": "y"})) == "echo: y"
+            # Another refusal (-32600, not "no back-channel") is the tool's answer: not sent again.
+            assert await failure(modern, "refuse") == "MCP error -32600: not today"
+        assert recorder.asked == ["elicitation/create", "sampling/createMessage", "elicitation/create"]
+        assert gateway.log.count("opening a handshake-era session for callers that can be asked") == 1
+        assert gateway.log.count("asks only through a session") == 2  # learnt once per tool
+        assert "tool refuse asks" not in gateway.log
+
+
+async def test_a_2026_client_that_cannot_answer_keeps_2026_07_28(tmp_path: Path, upstream_url: str) -> None:
+    # No elicitation or sampling in its requests: the faster 2026-07-28 path, where such a tool
+    # cannot ask; the client gets the server's own error, as it does directly (an upstream's JSON-RPC
+    # error to a tool call reaches the client as a failed result, "MCP error <code>: <message>").
+    async with client(upstream_url, mode="2026-07-28", answers=False) as direct:
+        expected = await failure(direct, "ask_name")
+    assert "back-channel" in expected
+    with gateway_for(tmp_path, http_upstream("ask", upstream_url, prefix="", keyless_writes="pass")) as gateway:
+        async with client(gateway.url, mode="2026-07-28", answers=False) as modern:
             assert text_of(await modern.call_tool("echo", {"text": "y"})) == "echo: y"
-            assert "back-channel" in await failure(modern, "ask_name")
-        assert recorder.asked == []
+            assert await failure(modern, "ask_name") == f"MCP error -32600: {expected}"
         assert "opening a handshake-era session" not in gateway.log
+
+
+@pytest.mark.parametrize("stateful", [True, False], ids=["stateful", "stateless"])
+async def test_a_keyed_write_that_asks_runs_once(tmp_path: Path, upstream_url: str, stateful: bool) -> None:
+    # sign_guestbook (non-idempotent write) asks, then writes: answered through rounds, fenced by its
+    # key -- the same key again replays the stored result (not asked, not run again); a new key runs.
+    with gateway_for(tmp_path, http_upstream("ask", upstream_url, prefix="", keyless_writes="reject"),
+                     stateful=stateful) as gateway:
+        recorder = Recorder()
+        async with client(gateway.url, mode="2026-07-28", recorder=recorder) as modern:
+            with anyio.fail_after(30):
+                first = await modern.call_tool("sign_guestbook", {}, meta={IDEMPOTENCY_KEY: "sign-1"})
+                signed = text_of(first)
+                assert signed.startswith("signed by Ada (entry "), signed
+                again = await modern.call_tool("sign_guestbook", {}, meta={IDEMPOTENCY_KEY: "sign-1"})
+                assert text_of(again) == signed
+                assert (again.meta or {}).get(REPLAYED_KEY), again.meta
+                other = await modern.call_tool("sign_guestbook", {}, meta={IDEMPOTENCY_KEY: "sign-2"})
+        assert recorder.asked == ["elicitation/create", "elicitation/create"]
+        number = int(signed.rstrip(")").rsplit(" ", 1)[1])
+        assert text_of(other) == f"signed by Ada (entry {number + 1})"  # the replay did not write
 
 
 async def test_protocol_set_by_the_operator_overrides_the_choice(tmp_path: Path, upstream_url: str) -> None:
@@ -102,14 +151,23 @@ async def test_an_upstream_that_refuses_the_handshake_era_keeps_every_caller_on_
         assert gateway.log.count("no handshake era") == 1  # asked once, then not again for a while
 
 
-async def test_a_tool_the_upstream_runs_as_a_task_keeps_2026_and_asks_inside_the_task(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+async def test_a_tool_the_upstream_runs_as_a_task_keeps_2026_and_asks_inside_the_task(tmp_path: Path, mode: str) -> None:
     # examples/servers/tasks_server.py asks only inside a task (input_required): its tools declare
-    # execution.taskSupport on the handshake era, so an askable handshake caller stays on 2026-07-28.
+    # execution.taskSupport on the handshake era, so an askable caller of either era stays on
+    # 2026-07-28, where the gateway follows the task. A handshake-era caller is asked on its session;
+    # a plain 2026-07-28 caller is told to call it as a task (the task's questions are not parked).
     with start_http_server("tasks_server", state_dir=tmp_path / "up") as server, \
             gateway_for(tmp_path, http_upstream("t", server.url, prefix="", keyless_writes="pass")) as gateway:
         recorder = Recorder()
-        async with client(gateway.url, mode="legacy", recorder=recorder) as legacy:
+        async with client(gateway.url, mode=mode, recorder=recorder) as caller:
             with anyio.fail_after(30):
-                result = await legacy.call_tool("confirm_delete", {"filename": "a.txt"})
+                result = await caller.call_tool("confirm_delete", {"filename": "a.txt"})
+        if mode == "legacy":
             assert text_of(result) == "deleted a.txt", text_of(result)
-        assert recorder.asked == ["elicitation/create"]
+            assert recorder.asked == ["elicitation/create"]
+        else:
+            assert "Call it as a task from a client that declares the io.modelcontextprotocol/tasks extension" \
+                in text_of(result), text_of(result)
+            assert recorder.asked == []
+        assert "asks only through a session" not in gateway.log

@@ -11,10 +11,14 @@ HTTP with sessions, the SDK speaks both eras; the questions work only on the han
     ask_name()          asks the user's name (elicitation), answers "hello <name>"
     ask_model(question) asks the client's model (sampling), answers "the model said: <text>"
     echo(text)          answers "echo: <text>" (asks nothing)
+    refuse()            refuses the request (JSON-RPC -32600 "not today"), asking nothing
+    sign_guestbook()    a non-idempotent write that asks the name (elicitation), then writes it:
+                        answers "signed by <name> (entry <n>)", n counting this process's writes
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 import warnings
@@ -27,6 +31,8 @@ import mcp_types as types  # noqa: E402
 from example_runtime import build_parser, serve  # noqa: E402
 from mcp.server import MCPServer  # noqa: E402
 from mcp.server.mcpserver import Context  # noqa: E402
+from mcp.shared.exceptions import MCPError  # noqa: E402
+from mcp_types import INVALID_REQUEST  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 from starlette.types import ASGIApp, Receive, Scope, Send  # noqa: E402
 
@@ -41,13 +47,17 @@ class Name(BaseModel):
     name: str
 
 
+async def asked_name(ctx: Context, question: str) -> str | None:
+    """The name the user gives (elicitation through the session); None when they do not accept."""
+    answer = await ctx.elicit(question, Name)
+    return answer.data.name if answer.action == "accept" and answer.data is not None else None
+
+
 @app.tool()
 async def ask_name(ctx: Context) -> str:
     """Ask the user for their name, then greet them."""
-    answer = await ctx.elicit("What is your name?", Name)
-    if answer.action != "accept" or answer.data is None:
-        return f"no name ({answer.action})"
-    return f"hello {answer.data.name}"
+    name = await asked_name(ctx, "What is your name?")
+    return "no name" if name is None else f"hello {name}"
 
 
 @app.tool()
@@ -58,6 +68,22 @@ async def ask_model(question: str, ctx: Context) -> str:
         max_tokens=50, related_request_id=ctx.request_id)
     content = reply.content
     return f"the model said: {content.text if isinstance(content, types.TextContent) else content}"
+
+
+_entries = itertools.count(1)  # the guestbook's writes (a run of the server is one test's upstream)
+
+
+@app.tool(meta={"io.superdurable.dex/effect": "non_idempotent_write"})
+async def sign_guestbook(ctx: Context) -> str:
+    """Ask the user's name, then write it in the guestbook (a write: it runs once per key)."""
+    name = await asked_name(ctx, "Who signs?")
+    return "not signed" if name is None else f"signed by {name} (entry {next(_entries)})"
+
+
+@app.tool()
+async def refuse() -> str:
+    """Refuse the request (an error that is not about asking)."""
+    raise MCPError(INVALID_REQUEST, "not today")
 
 
 @app.tool()
