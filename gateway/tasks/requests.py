@@ -60,6 +60,11 @@ class TaskRequests:
             except UpstreamRpcError as exc:
                 if not await upstream.sends_again_on_handshake(relay, route.target, exc):
                     raise
+                if not route.effect.resendable:
+                    # Learnt for its next calls, but this one is not sent again: what a write (or an
+                    # unclassified tool) did before its question may not run twice -- the rule for
+                    # every interrupted call (gateway/conventions/keys.py `Effect.resendable`).
+                    raise
             return await upstream.request(method, params, relay=relay, timeout=timeout, caller=caller)
 
         return per_caller

@@ -113,13 +113,19 @@ async def test_a_2026_client_that_cannot_answer_keeps_2026_07_28(tmp_path: Path,
 
 @pytest.mark.parametrize("stateful", [True, False], ids=["stateful", "stateless"])
 async def test_a_keyed_write_that_asks_runs_once(tmp_path: Path, upstream_url: str, stateful: bool) -> None:
-    # sign_guestbook (non-idempotent write) asks, then writes: answered through rounds, fenced by its
-    # key -- the same key again replays the stored result (not asked, not run again); a new key runs.
+    # sign_guestbook (non-idempotent write) asks, then writes. Its first call on 2026-07-28 stops at
+    # the question ("no back-channel"): the gateway learns the tool but never sends that call again
+    # (what a write did before its question may not run twice): the client gets the server's error.
+    # Its next call (a new key) goes on the handshake era, is answered through rounds and fenced by
+    # its key -- the same key again replays the stored result (not asked, not run again); a new key runs.
     with gateway_for(tmp_path, http_upstream("ask", upstream_url, prefix="", keyless_writes="reject"),
                      stateful=stateful) as gateway:
         recorder = Recorder()
         async with client(gateway.url, mode="2026-07-28", recorder=recorder) as modern:
             with anyio.fail_after(30):
+                refused = await modern.call_tool("sign_guestbook", {}, meta={IDEMPOTENCY_KEY: "sign-0"})
+                assert refused.is_error and "back-channel" in text_of(refused), text_of(refused)
+                assert recorder.asked == []
                 first = await modern.call_tool("sign_guestbook", {}, meta={IDEMPOTENCY_KEY: "sign-1"})
                 signed = text_of(first)
                 assert signed.startswith("signed by Ada (entry "), signed
@@ -130,6 +136,21 @@ async def test_a_keyed_write_that_asks_runs_once(tmp_path: Path, upstream_url: s
         assert recorder.asked == ["elicitation/create", "elicitation/create"]
         number = int(signed.rstrip(")").rsplit(" ", 1)[1])
         assert text_of(other) == f"signed by Ada (entry {number + 1})"  # the replay did not write
+
+
+async def test_an_unclassified_tool_that_asks_is_not_sent_twice(tmp_path: Path, upstream_url: str) -> None:
+    # Unclassified: what it did before its question may not run twice, so its first call from a 2026
+    # client is not sent again on the handshake era (the server's own error is the answer); the
+    # gateway learnt the tool: the next call goes there at once and its question is answered.
+    with gateway_for(tmp_path, http_upstream("ask", upstream_url, prefix="", keyless_writes="pass")) as gateway:
+        recorder = Recorder()
+        async with client(gateway.url, mode="2026-07-28", recorder=recorder) as modern:
+            with anyio.fail_after(30):
+                first = await modern.call_tool("ask_city", {})
+                assert first.is_error and "back-channel" in text_of(first), text_of(first)
+                assert recorder.asked == []
+                assert text_of(await modern.call_tool("ask_city", {})) == "a city for Ada"
+        assert recorder.asked == ["elicitation/create"]
 
 
 async def test_protocol_set_by_the_operator_overrides_the_choice(tmp_path: Path, upstream_url: str) -> None:

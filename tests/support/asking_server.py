@@ -8,8 +8,9 @@ HTTP with sessions, the SDK speaks both eras; the questions work only on the han
 `--modern-only` refuses `initialize` (HTTP 400 with a JSON-RPC error), as a server that speaks only
 2026-07-28 does.
 
-    ask_name()          asks the user's name (elicitation), answers "hello <name>"
-    ask_model(question) asks the client's model (sampling), answers "the model said: <text>"
+    ask_name()          a read: asks the user's name (elicitation), answers "hello <name>"
+    ask_city()          like ask_name, but declares no effect (unclassified), answers "a city for <name>"
+    ask_model(question) a read: asks the client's model (sampling), answers "the model said: <text>"
     echo(text)          answers "echo: <text>" (asks nothing)
     refuse()            refuses the request (JSON-RPC -32600 "not today"), asking nothing
     sign_guestbook()    a non-idempotent write that asks the name (elicitation), then writes it:
@@ -53,7 +54,7 @@ async def asked_name(ctx: Context, question: str) -> str | None:
     return answer.data.name if answer.action == "accept" and answer.data is not None else None
 
 
-@app.tool()
+@app.tool(meta={"io.superdurable.dex/effect": "read"})
 async def ask_name(ctx: Context) -> str:
     """Ask the user for their name, then greet them."""
     name = await asked_name(ctx, "What is your name?")
@@ -61,6 +62,13 @@ async def ask_name(ctx: Context) -> str:
 
 
 @app.tool()
+async def ask_city(ctx: Context) -> str:
+    """Ask the user's name (declared nothing: an unclassified tool), then answer it."""
+    name = await asked_name(ctx, "Who asks for a city?")
+    return "no name" if name is None else f"a city for {name}"
+
+
+@app.tool(meta={"io.superdurable.dex/effect": "read"})
 async def ask_model(question: str, ctx: Context) -> str:
     """Ask the client's model a question."""
     reply = await ctx.session.create_message(
