@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict
 from ..protocol import JsonObject
 from ..storage.private_files import private_file
 from ..storage.database import Database, PoolLease, SqliteConnections, lock_schema, write_transaction
+from ..storage.tables import open_table
 from ..storage.urls import parse_sqlite_url
 
 T = TypeVar("T")
@@ -68,14 +69,8 @@ class RegistrationStore(Protocol):
 
 def open_registration_store(where: str | Database) -> RegistrationStore:
     """A store (not yet opened): from a URL (owning its connections) or the gateway's `Database`."""
-    database = where if isinstance(where, Database) else Database(where)
-    if database.scheme == "memory":
-        return MemoryRegistrationStore()
-    if database.scheme == "sqlite":
-        return SqliteRegistrationStore.from_url(database.url)
-    if database.scheme == "postgresql":
-        return PostgresRegistrationStore(database, owns_database=not isinstance(where, Database))
-    raise ValueError(f"unsupported store URL scheme {database.scheme!r}: use memory://, sqlite:///PATH or postgresql://…")
+    return open_table(where, memory=MemoryRegistrationStore, sqlite=f"{__name__}:SqliteRegistrationStore",
+                      postgres=f"{__name__}:PostgresRegistrationStore")
 
 
 class MemoryRegistrationStore:

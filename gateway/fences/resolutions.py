@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ..storage.database import Database, write_transaction
-from ..storage.tables import PostgresTable, SqliteTable
+from ..storage.tables import PostgresTable, SqliteTable, open_table
 
 if TYPE_CHECKING:
     import asyncpg
@@ -55,14 +55,8 @@ class ResolutionStore(Protocol):
 
 def open_resolution_store(where: str | Database) -> ResolutionStore:
     """A store (not yet opened) in the fence store's database (`fences.store`)."""
-    database = where if isinstance(where, Database) else Database(where)
-    if database.scheme == "memory":
-        return MemoryResolutionStore()
-    if database.scheme == "sqlite":
-        return SqliteResolutionStore.from_url(database.url)
-    if database.scheme == "postgresql":
-        return PostgresResolutionStore(database, owns_database=not isinstance(where, Database))
-    raise ValueError(f"unsupported store URL scheme {database.scheme!r}: use memory://, sqlite:///PATH or postgresql://…")
+    return open_table(where, memory=MemoryResolutionStore, sqlite=f"{__name__}:SqliteResolutionStore",
+                      postgres=f"{__name__}:PostgresResolutionStore")
 
 
 class MemoryResolutionStore:

@@ -7,13 +7,17 @@ kind of database; a store adds its own statements.
     PostgresTable   the gateway's PostgreSQL database: the shared pool (`PoolLease`), `create`
                     run at `open` under the schema's advisory lock, so replicas starting together
                     create each table once
+    open_table      the dispatcher each store's `open_*_store` calls: memory, SQLite or PostgreSQL
+                    by the database URL's scheme, each backend imported only when chosen
 """
 
 from __future__ import annotations
 
+import importlib
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar, cast
 
 from .database import Database, PoolLease, SqliteConnections, lock_schema, write_transaction
 from .private_files import private_file
@@ -22,7 +26,9 @@ from .urls import parse_sqlite_url
 if TYPE_CHECKING:
     import asyncpg
 
-__all__ = ["PostgresTable", "SqliteTable", "statements"]
+__all__ = ["PostgresTable", "SqliteTable", "open_table", "statements"]
+
+S = TypeVar("S")
 
 
 def statements(script: str) -> list[str]:
@@ -88,3 +94,27 @@ class PostgresTable:
 
     async def close(self) -> None:
         await self._lease.release()
+
+
+def open_table(where: str | Database, *, memory: Callable[[], S], sqlite: str, postgres: str) -> S:
+    """A store (not yet opened) in the gateway's database: the open `Database` (PostgreSQL: the
+    store borrows its pool) or a URL (the store owns its connections: the CLIs).
+
+    `sqlite` and `postgres` name the backend class as "package.module:Class"; it is imported only
+    when chosen, so the memory and SQLite paths never load the PostgreSQL driver. The SQLite class
+    is made by `from_url(url)`, the PostgreSQL one by `(database, owns_database=…)`
+    (`SqliteTable`, `PostgresTable`).
+    """
+    database = where if isinstance(where, Database) else Database(where)
+    if database.scheme == "memory":
+        return memory()
+    if database.scheme == "sqlite":
+        return cast(S, _backend(sqlite).from_url(database.url))
+    if database.scheme == "postgresql":
+        return cast(S, _backend(postgres)(database, owns_database=not isinstance(where, Database)))
+    raise ValueError(f"unsupported database URL scheme {database.scheme!r}: use memory://, sqlite:///PATH or postgresql://…")
+
+
+def _backend(name: str) -> Any:
+    module, _, attribute = name.partition(":")
+    return getattr(importlib.import_module(module), attribute)
