@@ -31,6 +31,7 @@ LAYERS: dict[str, list[str]] = {
         "supervision",     # background work that is logged, counted and restarted
         "telemetry",       # tracing and metrics
         "auth",            # principals and their scope
+        "admin_json",      # what every admin route answers alike: errors, 401/403, a JSON body
         "fences",          # the idempotency fences
         "audit",           # the audit log: rows, stores, writer, admin API
         "approvals",       # calls held for a person's decision: records, store, admin API
