@@ -7,43 +7,25 @@ no other site can make the browser send it: nothing to forge across sites). Ever
 the page with `textContent`, never as markup or a URL. A strict Content-Security-Policy allows the
 page's own script, style sheet and API and nothing else (no inline script or style).
 
-The same layout as the agent host's session page (agent_host/api/web_page.py), kept separate
-because the gateway never imports the host.
+Served by `http/web_page.py`, as the agent host's session page is (the headers, the policy, the
+file list).
 """
 
 from __future__ import annotations
-
-from importlib.resources import files
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from ..http.web_page import CONTENT_SECURITY_POLICY, WebFiles
+
 __all__ = ["CONTENT_SECURITY_POLICY", "console_routes"]
 
-CONTENT_SECURITY_POLICY = (
-    "default-src 'self'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; "
-    "object-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
-)
-_HEADERS = {
-    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-    "X-Frame-Options": "DENY",
-    "Cache-Control": "no-store",
-}
-_FILES = {
-    "console.html": "text/html; charset=utf-8",
-    "console.js": "text/javascript; charset=utf-8",
-    "console.css": "text/css; charset=utf-8",
-}
+_FILES = WebFiles("gateway.server", "console_web", ("console.html", "console.js", "console.css"))
 
 
 def _asset(name: str) -> Response:
-    if name not in _FILES:  # only the console's own files, never a path
-        return Response("not found", status_code=404, media_type="text/plain", headers=_HEADERS)
-    body = files("gateway.server").joinpath("console_web", name).read_bytes()
-    return Response(body, media_type=_FILES[name], headers=_HEADERS)
+    return _FILES.asset(name)
 
 
 def console_routes() -> list[Route]:
