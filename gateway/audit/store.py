@@ -16,11 +16,13 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol
 
+from ..storage.tables import SchemaVersion
 from .records import AuditEntry
 
-__all__ = ["AuditQuery", "AuditStore", "SCHEMA_VERSION"]
+__all__ = ["AUDIT_VERSION", "AuditQuery", "AuditStore", "SCHEMA_VERSION"]
 
 SCHEMA_VERSION = 1
+AUDIT_VERSION = SchemaVersion(SCHEMA_VERSION, "audit log")  # both backends
 
 
 @dataclass(frozen=True, slots=True)

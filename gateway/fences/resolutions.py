@@ -86,9 +86,6 @@ class SqliteResolutionStore(SqliteTable):
     SCHEMA = (f"CREATE TABLE IF NOT EXISTS {TABLE} (fence_id TEXT PRIMARY KEY, note TEXT NOT NULL,"
               " resolved_by TEXT NOT NULL, resolved_at REAL NOT NULL)")
 
-    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        return await self._db.run(fn, *args)
-
     async def resolve(self, resolution: Resolution) -> tuple[bool, Resolution]:
         def op(conn: sqlite3.Connection) -> tuple[bool, Resolution]:
             def step(c: sqlite3.Connection) -> tuple[bool, Resolution]:
