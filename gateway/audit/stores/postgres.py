@@ -14,7 +14,7 @@ import asyncpg
 from ...storage.database import Database
 from ...storage.tables import PostgresTable
 from ..records import COLUMNS, AuditEntry
-from ..store import AUDIT_VERSION, AuditQuery
+from ..store import AUDIT_VERSION, AuditQuery, by_id_pages
 
 TABLE = "dex_audit_log"
 SWEEP_BATCH_ROWS = 2000  # rows deleted per statement by the sweep
@@ -73,20 +73,16 @@ class PostgresAuditStore(PostgresTable):
         sql = f"SELECT id, {_COLS} FROM {self._t} {where} ORDER BY id DESC LIMIT ${len(params)}"
         return [AuditEntry.from_row(r) for r in await self.pool.fetch(sql, *params)]
 
-    async def oldest_first(self, query: AuditQuery, *, page: int = 1000) -> AsyncIterator[AuditEntry]:
-        after = 0
-        while True:
+    def oldest_first(self, query: AuditQuery, *, page: int = 1000) -> AsyncIterator[AuditEntry]:
+        async def read(after: int) -> list[AuditEntry]:
             clauses, params = query.where(_dollar)
             params.append(after)
             clauses.append(f"id > ${len(params)}")
             params.append(int(page))
             sql = f"SELECT id, {_COLS} FROM {self._t} WHERE {' AND '.join(clauses)} ORDER BY id LIMIT ${len(params)}"
-            found = [AuditEntry.from_row(r) for r in await self.pool.fetch(sql, *params)]
-            for entry in found:
-                yield entry
-            if len(found) < page:
-                return
-            after = found[-1].id or after
+            return [AuditEntry.from_row(r) for r in await self.pool.fetch(sql, *params)]
+
+        return by_id_pages(read, page)
 
     async def sweep(self, cutoff: int) -> int:
         sql = (f"DELETE FROM {self._t} WHERE id IN (SELECT id FROM {self._t} WHERE time < $1"

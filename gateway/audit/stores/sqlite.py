@@ -16,7 +16,7 @@ import anyio
 from ...storage.database import write_transaction
 from ...storage.tables import SqliteTable
 from ..records import COLUMNS, AuditEntry, AuditRow
-from ..store import AUDIT_VERSION, AuditQuery
+from ..store import AUDIT_VERSION, AuditQuery, by_id_pages
 
 TABLE = "audit_log"
 
@@ -68,24 +68,20 @@ class SqliteAuditStore(SqliteTable):
 
         return await self._db.run(op)
 
-    async def oldest_first(self, query: AuditQuery, *, page: int = 1000) -> AsyncIterator[AuditEntry]:
-        after = 0
-        while True:
+    def oldest_first(self, query: AuditQuery, *, page: int = 1000) -> AsyncIterator[AuditEntry]:
+        async def read(after: int) -> list[AuditEntry]:
             clauses, params = query.where(lambda _: "?")
             clauses.append("id > ?")
             params.append(after)
             sql = f"SELECT id, {_COLS} FROM {TABLE} WHERE {' AND '.join(clauses)} ORDER BY id LIMIT ?"
             params.append(int(page))
 
-            def op(conn: sqlite3.Connection, sql: str = sql, params: list[object] = params) -> list[AuditEntry]:
+            def op(conn: sqlite3.Connection) -> list[AuditEntry]:
                 return [AuditEntry.from_row(r) for r in conn.execute(sql, params).fetchall()]
 
-            found = await self._db.run(op)
-            for entry in found:
-                yield entry
-            if len(found) < page:
-                return
-            after = found[-1].id or after
+            return await self._db.run(op)
+
+        return by_id_pages(read, page)
 
     async def sweep(self, cutoff: int) -> int:
         """In batches of `SWEEP_BATCH_ROWS` found by the time index, each its own short write
