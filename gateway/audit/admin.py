@@ -25,6 +25,7 @@ import anyio
 from ..config.durations import parse_duration
 from ..config.model import load_config
 from ..errors import ConfigError
+from ..text_table import print_table
 from ..storage.database import opened
 from .records import OUTCOMES, AuditEntry, iso_time, micros_from_iso, now_micros
 from .store import AuditQuery, AuditStore
@@ -108,11 +109,7 @@ def _list(args: argparse.Namespace) -> int:
         print("no audit rows match", file=sys.stderr)
         return 0
     rows = [_table_row(entry) for entry in entries]
-    columns = list(rows[0])
-    widths = {c: max([len(c)] + [len(r[c]) for r in rows]) for c in columns}
-    print("  ".join(c.upper().ljust(widths[c]) for c in columns).rstrip())
-    for row in rows:
-        print("  ".join(row[c].ljust(widths[c]) for c in columns).rstrip())
+    print_table(rows, list(rows[0]))
     return 0
 
 

@@ -18,6 +18,7 @@ import anyio
 
 from ..config.model import load_config
 from ..storage.database import Database, opened
+from ..text_table import print_table
 from .records import TaskRecord, TaskStatus, iso
 from .store import TaskStore
 from .stores import open_task_store
@@ -67,10 +68,7 @@ def _list(args: argparse.Namespace) -> int:
     columns = ("task_id", "principal", "tool", "status", "created", "upstream_task")
     rows = [{"task_id": r.task_id, "principal": r.principal, "tool": r.tool, "status": r.status.value,
              "created": iso(r.created_at) or "", "upstream_task": r.upstream_task_id or ""} for r in records]
-    widths = {c: max([len(c)] + [len(row[c]) for row in rows]) for c in columns}
-    print("  ".join(c.upper().ljust(widths[c]) for c in columns).rstrip())
-    for row in rows:
-        print("  ".join(row[c].ljust(widths[c]) for c in columns).rstrip())
+    print_table(rows, columns)
     return 0
 
 

@@ -25,6 +25,7 @@ LAYERS: dict[str, list[str]] = {
         "protocol",        # the gateway's name and version on the wire
         "name_header",     # the Mcp-Name header rule (front and upstreams)
         "safe_text",       # text made safe to show on a card or a terminal (approvals, the agent host)
+        "text_table",      # the CLIs' plain-text tables
         "conventions",     # the Dex conventions: effects, keys, outcomes, answers, the checker
         "storage",         # databases, store URLs, private files
         "config",          # gateway.yaml: the model, YAML with line numbers, env overrides
