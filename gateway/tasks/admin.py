@@ -14,10 +14,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import anyio
-
 from ..config.model import load_config
-from ..storage.database import Database, opened
+from ..storage.database import run_with_store
 from ..text_table import print_table
 from .records import TaskRecord, TaskStatus, iso
 from .store import TaskStore
@@ -46,13 +44,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def _with_store(args: argparse.Namespace, action: Callable[[TaskStore], Awaitable[Any]]) -> Any:
-    config = load_config(args.config)
-
-    async def run() -> Any:
-        async with Database(config.fences.store) as database, opened(open_task_store(database)) as store:
-            return await action(store)
-
-    return anyio.run(run)
+    return run_with_store(open_task_store(load_config(args.config).fences.store), action)
 
 
 def _list(args: argparse.Namespace) -> int:
