@@ -18,12 +18,13 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..errors import ApprovalNotFound, SelfApproval
+from ..admin_json import json_error as _error, read_json_body
 from .records import Channel
 from .service import Approvals
 
@@ -40,10 +41,6 @@ class DecisionRequest(BaseModel):
 
     decision: Literal["allow", "deny"]
     reason: str | None = Field(None, max_length=2000)
-
-
-def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
 
 
 def _busy() -> JSONResponse:
@@ -87,14 +84,9 @@ def approval_routes(approvals: Callable[[], Approvals | None], approver: Approve
         if isinstance(allowed, JSONResponse):
             return allowed
         service, name = allowed
-        body = await request.body()
-        if len(body) > MAX_BODY_BYTES:
-            return _error(413, f"request body over {MAX_BODY_BYTES} bytes")
-        try:
-            asked = DecisionRequest.model_validate_json(body)
-        except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(body)'}: {e['msg']}" for e in exc.errors())
-            return _error(400, f"invalid request: {problems}")
+        asked = await read_json_body(request, DecisionRequest, max_bytes=MAX_BODY_BYTES)
+        if isinstance(asked, JSONResponse):
+            return asked
         try:
             approval, first = await service.decide(
                 request.path_params["approval_id"], asked.decision == "allow", by=name, reason=asked.reason,

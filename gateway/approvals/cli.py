@@ -18,11 +18,9 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import anyio
-
 from ..config.model import load_config
 from ..errors import ApprovalError
-from ..storage.database import Database, opened
+from ..storage.database import run_with_store
 from .records import Channel
 from .service import Approvals
 from .open_store import open_approval_store
@@ -48,12 +46,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 def _with_service(args: argparse.Namespace, action: Callable[[Approvals], Awaitable[Any]]) -> Any:
     config = load_config(args.config)
-
-    async def run() -> Any:
-        async with Database(config.fences.store) as database, opened(open_approval_store(database)) as store:
-            return await action(Approvals(store, config.approvals))
-
-    return anyio.run(run)
+    return run_with_store(open_approval_store(config.fences.store),
+                          lambda store: action(Approvals(store, config.approvals)))
 
 
 def _list(args: argparse.Namespace) -> int:

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ..safe_text import arguments_view, terminal_text
 
-from ..fences.ids import canonical_json
+from ..fences.ids import arguments_digest
 
 __all__ = ["Approval", "ApprovalState", "Channel", "approval_id", "arguments_digest", "build_card", "iso"]
 
@@ -40,11 +40,6 @@ class Channel(StrEnum):
     INPUT_REQUIRED = "input_required"  # the client asked its user (2026-07-28 round)
     ADMIN_API = "admin_api"  # an approver on /admin/approvals (the console)
     CLI = "cli"  # an operator with `dex-gateway approvals decide`
-
-
-def arguments_digest(arguments: dict[str, Any]) -> str:
-    """SHA-256 of the arguments' canonical JSON (raises ValueError for NaN or infinities)."""
-    return hashlib.sha256(canonical_json(arguments).encode("utf-8")).hexdigest()
 
 
 def approval_id(principal: str, tool: str, key: str | None) -> str:

@@ -20,12 +20,11 @@ import unicodedata
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-import anyio
-
 from ..config.durations import parse_duration
 from ..config.model import load_config
 from ..errors import ConfigError
-from ..storage.database import opened
+from ..text_table import print_table
+from ..storage.database import run_with_store
 from .records import OUTCOMES, AuditEntry, iso_time, micros_from_iso, now_micros
 from .store import AuditQuery, AuditStore
 from .stores import open_audit_store
@@ -82,13 +81,7 @@ def _query(args: argparse.Namespace) -> AuditQuery:
 
 
 def _with_store(args: argparse.Namespace, action: Callable[[AuditStore], Awaitable[T]]) -> T:
-    config = load_config(args.config)
-
-    async def run() -> T:
-        async with opened(open_audit_store(config.fences.store)) as store:
-            return await action(store)
-
-    return anyio.run(run)
+    return run_with_store(open_audit_store(load_config(args.config).fences.store), action)
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -108,11 +101,7 @@ def _list(args: argparse.Namespace) -> int:
         print("no audit rows match", file=sys.stderr)
         return 0
     rows = [_table_row(entry) for entry in entries]
-    columns = list(rows[0])
-    widths = {c: max([len(c)] + [len(r[c]) for r in rows]) for c in columns}
-    print("  ".join(c.upper().ljust(widths[c]) for c in columns).rstrip())
-    for row in rows:
-        print("  ".join(row[c].ljust(widths[c]) for c in columns).rstrip())
+    print_table(rows, list(rows[0]))
     return 0
 
 

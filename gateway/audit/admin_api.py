@@ -23,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from ..admin_json import denied, json_error as _error
 from .log import AuditLog
 from .records import OUTCOMES, micros_from_iso
 from .store import AuditQuery
@@ -81,9 +82,7 @@ def audit_routes(current: Callable[[], tuple[AuditLog | None, bool]],
 
     async def entries(request: Request) -> Response:
         if not await authorize(request):
-            if "authorization" not in request.headers:
-                return _error(401, "admin credentials required (Authorization: Bearer <admin token>)")
-            return _error(403, "these credentials may not use the admin API")
+            return denied(request)
         log, running = current()
         if not running:
             return _error(503, "the gateway is starting")
@@ -104,7 +103,3 @@ def audit_routes(current: Callable[[], tuple[AuditLog | None, bool]],
         return JSONResponse({"entries": [entry.to_api() for entry in page], "next_before": next_before})
 
     return [Route("/admin/audit", entries, methods=["GET"])]
-
-
-def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)

@@ -31,7 +31,7 @@ from typing import Any
 import anyio
 
 from ..fences.ids import canonical_json
-from .records import Approval, AuditEntry, arguments_digest, now_micros
+from .records import NO_DIGEST, Approval, AuditEntry, arguments_digest, now_micros
 from .store import AuditStore
 
 __all__ = ["AuditLog", "PendingEntry"]
@@ -64,15 +64,15 @@ class PendingEntry:
     span_id: str | None
 
     def entry(self, store_arguments: bool) -> AuditEntry:
-        arguments: str | None = None
-        if store_arguments:
-            try:
-                arguments = canonical_json(dict(self.arguments or {}))
-            except ValueError:  # NaN or infinities: no JSON form; the digest still names them
-                arguments = None
+        try:
+            digest = arguments_digest(self.arguments)
+        except ValueError:  # NaN or infinities: no JSON form, so neither a digest nor the arguments
+            digest, arguments = NO_DIGEST, None
+        else:
+            arguments = canonical_json(dict(self.arguments or {})) if store_arguments else None
         return AuditEntry(
             now_micros(self.time), self.principal, self.tool, self.upstream, self.effect,
-            arguments_digest(self.arguments), arguments, self.idempotency_key, self.approval, self.fence_state,
+            digest, arguments, self.idempotency_key, self.approval, self.fence_state,
             self.outcome, self.reason, None if self.latency_ms is None else round(self.latency_ms, 3),
             self.trace_id, self.span_id,
         )

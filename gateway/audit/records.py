@@ -11,23 +11,24 @@ JSON (`2026-12-04T11:42:40.123456Z`), so an exported row reads back to the same 
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from datetime import datetime, timezone
 from typing import Any, Final
 
-from ..fences.ids import canonical_json
+from ..fences.ids import arguments_digest, canonical_json
 
 __all__ = [
-    "API_KEYS", "COLUMNS", "OUTCOMES", "Approval", "AuditEntry", "AuditRow", "arguments_digest", "iso_time",
+    "API_KEYS", "COLUMNS", "NO_DIGEST", "OUTCOMES", "Approval", "AuditEntry", "AuditRow", "arguments_digest", "iso_time",
     "micros_from_iso", "now_micros",
 ]
 
 # What came of a call: ok (a result), error (a failed result), rejected (refused before anything
 # ran), unknown (it may or may not have run), replayed (a retry answered from its fence).
 OUTCOMES: Final = ("ok", "error", "rejected", "unknown", "replayed")
+# The digest of arguments that have no JSON form (NaN, infinities: `arguments_digest` refuses them).
+NO_DIGEST: Final = ""
 
 
 def now_micros(clock: float) -> int:
@@ -51,18 +52,6 @@ def micros_from_iso(text: str) -> int:
         moment = moment.replace(tzinfo=timezone.utc)
     delta = moment - datetime(1970, 1, 1, tzinfo=timezone.utc)
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
-
-
-def arguments_digest(arguments: Mapping[str, Any] | None) -> str:
-    """SHA-256 (hex) of the arguments' canonical JSON: keys sorted, no whitespace, UTF-8, missing
-    arguments as `{}` (docs/audit.md shows how to compute it). Arguments that have no JSON form
-    (NaN, infinities) are hashed as Python's JSON writes them."""
-    value = dict(arguments or {})
-    try:
-        text = canonical_json(value)
-    except ValueError:
-        text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=repr)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)

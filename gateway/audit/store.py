@@ -12,15 +12,17 @@ index range), (time) for `since` and the sweep, (principal, id) and (tool, id) f
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from ..storage.tables import SchemaVersion
 from .records import AuditEntry
 
-__all__ = ["AuditQuery", "AuditStore", "SCHEMA_VERSION"]
+__all__ = ["AUDIT_VERSION", "AuditQuery", "AuditStore", "SCHEMA_VERSION", "by_id_pages"]
 
 SCHEMA_VERSION = 1
+AUDIT_VERSION = SchemaVersion(SCHEMA_VERSION, "audit log")  # both backends
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,3 +68,16 @@ class AuditStore(Protocol):
 
     async def sweep(self, cutoff: int) -> int:
         """Delete the rows older than `cutoff` (microseconds) in short batches; the number deleted."""
+
+
+async def by_id_pages(read: Callable[[int], Awaitable[list[AuditEntry]]], page: int) -> AsyncIterator[AuditEntry]:
+    """Every row, oldest first: `read(after)` gives the next `page` rows with an id above `after`
+    (a short read is the last)."""
+    after = 0
+    while True:
+        found = await read(after)
+        for entry in found:
+            yield entry
+        if len(found) < page:
+            return
+        after = found[-1].id or after

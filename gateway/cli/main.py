@@ -28,6 +28,7 @@ from ..tasks import admin as tasks_admin
 from ..audit import admin as audit_admin
 from ..approvals import cli as approvals_cli
 from ..pins import cli as pins_cli
+from ..text_table import print_table
 
 if TYPE_CHECKING:
     from ..fences import FenceRecord, FenceStore
@@ -188,7 +189,7 @@ def _tools(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    _print_table(rows, ["name", "effect", "approval", "source", "description"])
+    print_table(rows, ["name", "effect", "approval", "source", "description"])
     return 0
 
 
@@ -211,7 +212,7 @@ def _tools_search(args: argparse.Namespace) -> int:
              "source": r.upstream or "connector",
              "description": (r.definition.get("description") or "").split("\n")[0][:60]}
             for i, r in enumerate(found, 1)]
-    _print_table(rows, ["rank", "name", "effect", "approval", "source", "description"])
+    print_table(rows, ["rank", "name", "effect", "approval", "source", "description"])
     return 0
 
 
@@ -220,13 +221,6 @@ async def _collect_tools(config: GatewayConfig) -> list[ToolRoute]:
     async with app.router.lifespan_context(app):
         runtime: Runtime = app.state.runtime
         return await runtime.catalog.tools()
-
-
-def _print_table(rows: list[dict[str, str]], columns: list[str]) -> None:
-    widths = {c: max([len(c)] + [len(str(r[c])) for r in rows]) for c in columns}
-    print("  ".join(c.upper().ljust(widths[c]) for c in columns).rstrip())
-    for row in rows:
-        print("  ".join(str(row[c]).ljust(widths[c]) for c in columns).rstrip())
 
 
 # -- fences -------------------------------------------------------------------------------

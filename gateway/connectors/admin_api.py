@@ -14,13 +14,12 @@ would: connectors.python_modules, connectors.credential_env, connectors.allowed_
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from ..admin_json import denied, json_error as _error, read_json_body
 from ..protocol import JsonObject
 from .errors import BindingConfigError, BindingNotAllowed, ManifestError, RegistrationError, RegistrationNotFound
 from .registry import ConnectorRegistry
@@ -42,33 +41,20 @@ class AddRequest(BaseModel):
         return "dex-connector.json" if self.manifest.lstrip().startswith("{") else "connector.yaml"
 
 
-def _error(status: int, message: str, **extra: Any) -> JSONResponse:
-    return JSONResponse({"error": message, **{k: v for k, v in extra.items() if v is not None}}, status_code=status)
-
-
 def admin_routes(
     registry: ConnectorRegistry, authorize: Callable[[Request], Awaitable[bool]]
 ) -> list[Route]:
     async def guarded(request: Request) -> JSONResponse | None:
-        if await authorize(request):
-            return None
-        if "authorization" not in request.headers:
-            return _error(401, "admin credentials required (Authorization: Bearer <admin token>)")
-        return _error(403, "these credentials may not use the admin API")
+        return None if await authorize(request) else denied(request)
 
     async def collection(request: Request) -> Response:
-        if (denied := await guarded(request)) is not None:
-            return denied
+        if (refused := await guarded(request)) is not None:
+            return refused
         if request.method == "GET":
             return JSONResponse({"connectors": [r.model_dump(mode="json") for r in await registry.list()]})
-        body = await request.body()
-        if len(body) > MAX_BODY_BYTES:
-            return _error(413, f"request body over {MAX_BODY_BYTES} bytes")
-        try:
-            add = AddRequest.model_validate_json(body)
-        except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(body)'}: {e['msg']}" for e in exc.errors())
-            return _error(400, f"invalid request: {problems}")
+        add = await read_json_body(request, AddRequest, max_bytes=MAX_BODY_BYTES)
+        if isinstance(add, JSONResponse):
+            return add
         try:
             registration = await registry.add(add.manifest, add.resolved_filename(), add.binding)
         except ManifestError as exc:
@@ -82,8 +68,8 @@ def admin_routes(
         return JSONResponse(registration.model_dump(mode="json"), status_code=201)
 
     async def item(request: Request) -> Response:
-        if (denied := await guarded(request)) is not None:
-            return denied
+        if (refused := await guarded(request)) is not None:
+            return refused
         connector_id = request.path_params["connector_id"]
         try:
             if request.method == "GET":

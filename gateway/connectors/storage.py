@@ -18,18 +18,13 @@ from __future__ import annotations
 import json
 import sqlite3
 from datetime import UTC, datetime
-from collections.abc import Callable
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
 from ..protocol import JsonObject
-from ..storage.private_files import private_file
-from ..storage.database import Database, PoolLease, SqliteConnections, lock_schema, write_transaction
-from ..storage.urls import parse_sqlite_url
-
-T = TypeVar("T")
+from ..storage.database import Database, write_transaction
+from ..storage.tables import PostgresTable, SqliteTable, open_table
 
 if TYPE_CHECKING:
     import asyncpg
@@ -68,14 +63,8 @@ class RegistrationStore(Protocol):
 
 def open_registration_store(where: str | Database) -> RegistrationStore:
     """A store (not yet opened): from a URL (owning its connections) or the gateway's `Database`."""
-    database = where if isinstance(where, Database) else Database(where)
-    if database.scheme == "memory":
-        return MemoryRegistrationStore()
-    if database.scheme == "sqlite":
-        return SqliteRegistrationStore.from_url(database.url)
-    if database.scheme == "postgresql":
-        return PostgresRegistrationStore(database, owns_database=not isinstance(where, Database))
-    raise ValueError(f"unsupported store URL scheme {database.scheme!r}: use memory://, sqlite:///PATH or postgresql://…")
+    return open_table(where, memory=MemoryRegistrationStore, sqlite=f"{__name__}:SqliteRegistrationStore",
+                      postgres=f"{__name__}:PostgresRegistrationStore")
 
 
 class MemoryRegistrationStore:
@@ -110,44 +99,16 @@ class MemoryRegistrationStore:
         return self._version
 
 
-class SqliteRegistrationStore:
-    """stdlib sqlite3 in a worker thread (never on the event loop), one connection per
-    operation so no connection is shared across threads; WAL lets replicas read while
-    another writes."""
+class SqliteRegistrationStore(SqliteTable):
+    """In the gateway's SQLite file (`SqliteTable`: short connections on worker threads, WAL lets
+    replicas read while another writes)."""
 
-    def __init__(self, path: str, *, busy_timeout_ms: int = 10_000) -> None:
-        self.path = Path(path)
-        self.busy_timeout_ms = busy_timeout_ms
-        self._connections = SqliteConnections(self.path, busy_timeout_ms=busy_timeout_ms)
-
-    @classmethod
-    def from_url(cls, url: str) -> "SqliteRegistrationStore":
-        parsed = parse_sqlite_url(url)
-        return cls(parsed.path, busy_timeout_ms=int(parsed.options.get("busy_timeout_ms", 10_000)))
-
-    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        return await self._connections.run(fn, *args)
-
-    async def open(self) -> None:
-        private_file(self.path)
-        await self._run(self._migrate)
-
-    @staticmethod
-    def _migrate(conn: sqlite3.Connection) -> None:
-        conn.execute("PRAGMA journal_mode=WAL")
-
-        def migrate(c: sqlite3.Connection) -> None:
-            c.execute(
-                f"CREATE TABLE IF NOT EXISTS {REGISTRATIONS_TABLE} (connector_id TEXT PRIMARY KEY, filename TEXT NOT NULL,"
-                " manifest TEXT NOT NULL, binding TEXT, created_at TEXT NOT NULL, updated_at TEXT NOT NULL)"
-            )
-            c.execute(f"CREATE TABLE IF NOT EXISTS {VERSION_TABLE} (id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER NOT NULL)")
-            c.execute(f"INSERT OR IGNORE INTO {VERSION_TABLE} (id, version) VALUES (1, 0)")
-
-        write_transaction(conn, migrate)
-
-    async def close(self) -> None:
-        return None
+    SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS {REGISTRATIONS_TABLE} (connector_id TEXT PRIMARY KEY, filename TEXT NOT NULL,
+    manifest TEXT NOT NULL, binding TEXT, created_at TEXT NOT NULL, updated_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS {VERSION_TABLE} (id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER NOT NULL);
+INSERT OR IGNORE INTO {VERSION_TABLE} (id, version) VALUES (1, 0)
+"""
 
     async def version(self) -> int:
         return await self._run(lambda c: int(c.execute(f"SELECT version FROM {VERSION_TABLE} WHERE id = 1").fetchone()[0]))
@@ -192,47 +153,38 @@ def _next_version(conn: sqlite3.Connection) -> int:
     return int(conn.execute(f"UPDATE {VERSION_TABLE} SET version = version + 1 WHERE id = 1 RETURNING version").fetchone()[0])
 
 
-class PostgresRegistrationStore:
+class PostgresRegistrationStore(PostgresTable):
+    PURPOSE = "dex connectors"
+
     def __init__(self, database: Database, *, owns_database: bool = False) -> None:
         """On `database`'s pool; `owns_database`: open and close it with the store."""
-        self.schema = database.postgres.schema  # checked when the URL was parsed
-        self._lease = PoolLease(database, owner=owns_database, name="registration store")
-        self._regs = f'"{self.schema}".{REGISTRATIONS_TABLE}'
-        self._version = f'"{self.schema}".{VERSION_TABLE}'
+        super().__init__(database, owns_database=owns_database)
+        self._regs = self.table(REGISTRATIONS_TABLE)
+        self._version = self.table(VERSION_TABLE)
 
     @classmethod
     def from_url(cls, url: str) -> "PostgresRegistrationStore":
         return cls(Database(url), owns_database=True)
 
-    def _pool_or_fail(self) -> "asyncpg.Pool":
-        return self._lease.pool
-
-    async def open(self) -> None:
-        if self._lease.held:
-            return
-        async with self._lease.opening() as pool, pool.acquire() as conn, conn.transaction():
-            await lock_schema(conn, self.schema, "dex connectors")
-            await conn.execute(
-                f"CREATE TABLE IF NOT EXISTS {self._regs} (connector_id text PRIMARY KEY, filename text NOT NULL,"
-                " manifest text NOT NULL, binding text, created_at text NOT NULL, updated_at text NOT NULL)"
-            )
-            await conn.execute(f"CREATE TABLE IF NOT EXISTS {self._version} (id integer PRIMARY KEY CHECK (id = 1), version bigint NOT NULL)")
-            await conn.execute(f"INSERT INTO {self._version} (id, version) VALUES (1, 0) ON CONFLICT DO NOTHING")
-
-    async def close(self) -> None:
-        await self._lease.release()
+    async def create(self, conn: "asyncpg.Connection") -> None:
+        await conn.execute(
+            f"CREATE TABLE IF NOT EXISTS {self._regs} (connector_id text PRIMARY KEY, filename text NOT NULL,"
+            " manifest text NOT NULL, binding text, created_at text NOT NULL, updated_at text NOT NULL)"
+        )
+        await conn.execute(f"CREATE TABLE IF NOT EXISTS {self._version} (id integer PRIMARY KEY CHECK (id = 1), version bigint NOT NULL)")
+        await conn.execute(f"INSERT INTO {self._version} (id, version) VALUES (1, 0) ON CONFLICT DO NOTHING")
 
     async def version(self) -> int:
-        return int(await self._pool_or_fail().fetchval(f"SELECT version FROM {self._version} WHERE id = 1"))
+        return int(await self.pool.fetchval(f"SELECT version FROM {self._version} WHERE id = 1"))
 
     async def all(self) -> list[StoredRegistration]:
-        rows = await self._pool_or_fail().fetch(
+        rows = await self.pool.fetch(
             f"SELECT connector_id, filename, manifest, binding, created_at, updated_at FROM {self._regs} ORDER BY connector_id"
         )
         return [_from_row(tuple(r)) for r in rows]
 
     async def put(self, r: StoredRegistration) -> int:
-        async with self._pool_or_fail().acquire() as conn, conn.transaction():
+        async with self.pool.acquire() as conn, conn.transaction():
             await conn.execute(
                 f"INSERT INTO {self._regs} VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (connector_id) DO UPDATE SET"
                 " filename = excluded.filename, manifest = excluded.manifest, binding = excluded.binding,"
@@ -242,7 +194,7 @@ class PostgresRegistrationStore:
             return int(await conn.fetchval(f"UPDATE {self._version} SET version = version + 1 WHERE id = 1 RETURNING version"))
 
     async def delete(self, connector_id: str) -> int | None:
-        async with self._pool_or_fail().acquire() as conn, conn.transaction():
+        async with self.pool.acquire() as conn, conn.transaction():
             gone = await conn.fetchval(f"DELETE FROM {self._regs} WHERE connector_id = $1 RETURNING connector_id", connector_id)
             if gone is None:
                 return None

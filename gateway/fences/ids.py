@@ -33,6 +33,16 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
+def arguments_digest(arguments: Mapping[str, Any] | None) -> str:
+    """SHA-256 (hex) of the arguments' canonical JSON, missing arguments as `{}` (docs/audit.md
+    shows how to compute it): what an approval is bound to and what an audit row names.
+
+    Arguments with no JSON form (NaN, infinities; the HTTP edge refuses them) have no digest:
+    ValueError, as for `fingerprint`.
+    """
+    return hashlib.sha256(canonical_json(dict(arguments or {})).encode("utf-8")).hexdigest()
+
+
 def fingerprint(tool: str, arguments: Mapping[str, Any] | None) -> str:
     """The hash of (tool, canonical arguments): a key reused for another call differs here.
 

@@ -16,17 +16,15 @@ returns the existing note (409 on the admin API), so two operators never overwri
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..storage.database import Database, write_transaction
-from ..storage.tables import PostgresTable, SqliteTable
+from ..storage.tables import PostgresTable, SqliteTable, open_table
 
 if TYPE_CHECKING:
     import asyncpg
 
-T = TypeVar("T")
 TABLE = "dex_fence_resolutions"
 MAX_NOTE_CHARS = 2000
 
@@ -55,14 +53,8 @@ class ResolutionStore(Protocol):
 
 def open_resolution_store(where: str | Database) -> ResolutionStore:
     """A store (not yet opened) in the fence store's database (`fences.store`)."""
-    database = where if isinstance(where, Database) else Database(where)
-    if database.scheme == "memory":
-        return MemoryResolutionStore()
-    if database.scheme == "sqlite":
-        return SqliteResolutionStore.from_url(database.url)
-    if database.scheme == "postgresql":
-        return PostgresResolutionStore(database, owns_database=not isinstance(where, Database))
-    raise ValueError(f"unsupported store URL scheme {database.scheme!r}: use memory://, sqlite:///PATH or postgresql://…")
+    return open_table(where, memory=MemoryResolutionStore, sqlite=f"{__name__}:SqliteResolutionStore",
+                      postgres=f"{__name__}:PostgresResolutionStore")
 
 
 class MemoryResolutionStore:
@@ -91,9 +83,6 @@ def _row(row: Any) -> Resolution:
 class SqliteResolutionStore(SqliteTable):
     SCHEMA = (f"CREATE TABLE IF NOT EXISTS {TABLE} (fence_id TEXT PRIMARY KEY, note TEXT NOT NULL,"
               " resolved_by TEXT NOT NULL, resolved_at REAL NOT NULL)")
-
-    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        return await self._db.run(fn, *args)
 
     async def resolve(self, resolution: Resolution) -> tuple[bool, Resolution]:
         def op(conn: sqlite3.Connection) -> tuple[bool, Resolution]:
@@ -128,10 +117,6 @@ class PostgresResolutionStore(PostgresTable):
         super().__init__(database, owns_database=owns_database)
         self._t = self.table(TABLE)
 
-    @property
-    def _pool(self) -> "asyncpg.Pool":
-        return self.pool
-
     async def create(self, conn: "asyncpg.Connection") -> None:
         await conn.execute(
             f"CREATE TABLE IF NOT EXISTS {self._t} (fence_id text PRIMARY KEY, note text NOT NULL,"
@@ -139,7 +124,7 @@ class PostgresResolutionStore(PostgresTable):
         )
 
     async def resolve(self, resolution: Resolution) -> tuple[bool, Resolution]:
-        async with self._pool.acquire() as conn, conn.transaction():
+        async with self.pool.acquire() as conn, conn.transaction():
             status = await conn.execute(
                 f"INSERT INTO {self._t} VALUES ($1, $2, $3, $4) ON CONFLICT (fence_id) DO NOTHING",
                 resolution.fence_id, resolution.note, resolution.resolved_by, resolution.resolved_at,
@@ -150,5 +135,5 @@ class PostgresResolutionStore(PostgresTable):
     async def of(self, fence_ids: list[str]) -> dict[str, Resolution]:
         if not fence_ids:
             return {}
-        rows = await self._pool.fetch(f"SELECT * FROM {self._t} WHERE fence_id = ANY($1::text[])", fence_ids)
+        rows = await self.pool.fetch(f"SELECT * FROM {self._t} WHERE fence_id = ANY($1::text[])", fence_ids)
         return {r.fence_id: r for r in map(_row, rows)}

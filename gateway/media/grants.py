@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from ..storage.database import Database, PoolLease, SqliteConnections, lock_schema, write_transaction
-from ..storage.private_files import private_file
-from ..storage.urls import parse_sqlite_url
+from ..storage.database import Database, write_transaction
+from ..storage.tables import PostgresTable, SqliteTable, open_table
+
+if TYPE_CHECKING:
+    import asyncpg
 
 __all__ = ["GRANTS_TABLE", "GrantStore", "MemoryGrantStore", "PostgresGrantStore", "SqliteGrantStore", "open_grant_store"]
 
@@ -34,15 +35,10 @@ class GrantStore(Protocol):
     async def granted(self, principal: str, sha256: str) -> bool: ...
 
 
-def open_grant_store(database: Database) -> GrantStore:
+def open_grant_store(where: str | Database) -> GrantStore:
     """The grants table in the gateway's database (not yet opened)."""
-    if database.scheme == "memory":
-        return MemoryGrantStore()
-    if database.scheme == "sqlite":
-        return SqliteGrantStore(parse_sqlite_url(database.url).path)
-    if database.scheme == "postgresql":
-        return PostgresGrantStore(database)
-    raise ValueError(f"unsupported database URL scheme {database.scheme!r}")
+    return open_table(where, memory=MemoryGrantStore, sqlite=f"{__name__}:SqliteGrantStore",
+                      postgres=f"{__name__}:PostgresGrantStore")
 
 
 class MemoryGrantStore:
@@ -62,18 +58,10 @@ class MemoryGrantStore:
         return (principal, sha256) in self.rows
 
 
-class SqliteGrantStore:
+class SqliteGrantStore(SqliteTable):
     """In the gateway's SQLite file, beside the fences and the registrations (WAL)."""
 
-    def __init__(self, path: str | Path, *, busy_timeout_ms: int = 10_000) -> None:
-        self._db = SqliteConnections(path, busy_timeout_ms=busy_timeout_ms)
-
-    async def open(self) -> None:
-        private_file(self._db.path)
-        await self._db.run(_sqlite_migrate)
-
-    async def close(self) -> None:
-        return None
+    SCHEMA = f"CREATE TABLE IF NOT EXISTS {GRANTS_TABLE} ({_COLUMNS}) WITHOUT ROWID"
 
     async def grant(self, principal: str, hashes: list[str]) -> None:
         if hashes:
@@ -81,11 +69,6 @@ class SqliteGrantStore:
 
     async def granted(self, principal: str, sha256: str) -> bool:
         return await self._db.run(_sqlite_granted, principal, sha256)
-
-
-def _sqlite_migrate(conn: sqlite3.Connection) -> None:
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute(f"CREATE TABLE IF NOT EXISTS {GRANTS_TABLE} ({_COLUMNS}) WITHOUT ROWID")
 
 
 def _sqlite_grant(conn: sqlite3.Connection, principal: str, hashes: list[str], now: float) -> None:
@@ -100,31 +83,25 @@ def _sqlite_granted(conn: sqlite3.Connection, principal: str, sha256: str) -> bo
     return row is not None
 
 
-class PostgresGrantStore:
+class PostgresGrantStore(PostgresTable):
     """On the gateway's shared asyncpg pool (the fence store's `Database`)."""
 
+    PURPOSE = "dex media grants"
+
     def __init__(self, database: Database, *, owns_database: bool = False) -> None:
-        self.schema = database.postgres.schema  # checked when the URL was parsed
-        self._lease = PoolLease(database, owner=owns_database, name="media grants")
-        self._table = f'"{self.schema}".{GRANTS_TABLE}'
+        super().__init__(database, owns_database=owns_database)
+        self._table = self.table(GRANTS_TABLE)
 
-    async def open(self) -> None:
-        if self._lease.held:
-            return
-        async with self._lease.opening() as pool, pool.acquire() as conn, conn.transaction():
-            await lock_schema(conn, self.schema, "dex media grants")
-            await conn.execute(f"CREATE TABLE IF NOT EXISTS {self._table} ({_COLUMNS})")
-
-    async def close(self) -> None:
-        await self._lease.release()
+    async def create(self, conn: "asyncpg.Connection") -> None:
+        await conn.execute(f"CREATE TABLE IF NOT EXISTS {self._table} ({_COLUMNS})")
 
     async def grant(self, principal: str, hashes: list[str]) -> None:
         if hashes:
-            await self._lease.pool.executemany(
+            await self.pool.executemany(
                 f"INSERT INTO {self._table} (principal, sha256, granted_at) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
                 [(principal, h, time.time()) for h in hashes],
             )
 
     async def granted(self, principal: str, sha256: str) -> bool:
-        row = await self._lease.pool.fetchval(f"SELECT 1 FROM {self._table} WHERE principal = $1 AND sha256 = $2", principal, sha256)
+        row = await self.pool.fetchval(f"SELECT 1 FROM {self._table} WHERE principal = $1 AND sha256 = $2", principal, sha256)
         return row is not None

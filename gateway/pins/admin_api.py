@@ -23,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from ..admin_json import denied, json_error as _error
 from .records import Pin
 from .service import ToolPins
 
@@ -43,10 +44,6 @@ def pin_json(pin: Pin, mode: str) -> dict[str, Any]:
             "reviewed_by": pin.reviewed_by, "reviewed_at": _iso(pin.reviewed_at)}
 
 
-def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
-
-
 def pin_routes(pins: Callable[[], ToolPins | None], authorize: Callable[[Request], Awaitable[bool]],
                *, admin_name: str = "admin") -> list[Route]:
     """`pins`: the running service (None while the gateway starts: 503); `admin_name`: who the admin
@@ -54,9 +51,7 @@ def pin_routes(pins: Callable[[], ToolPins | None], authorize: Callable[[Request
 
     async def guarded(request: Request) -> ToolPins | JSONResponse:
         if not await authorize(request):
-            if "authorization" not in request.headers:
-                return _error(401, "admin credentials required (Authorization: Bearer <admin token>)")
-            return _error(403, "these credentials may not review tool definitions (the admin token)")
+            return denied(request, "review tool definitions (the admin token)")
         service = pins()
         return service if service is not None else _error(503, "the gateway is starting")
 

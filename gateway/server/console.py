@@ -15,14 +15,13 @@ back), its files, `/console/settings.json` (what the page needs to sign in: noth
 `GET /admin/whoami` (who the bearer is to the console: admin or approver, and the name the
 records will carry).
 
-The same layout as the agent host's session page (agent_host/api/web_page.py), kept separate
-because the gateway never imports the host.
+Served by `http/web_page.py`, as the agent host's session page is (the headers, the policy, the
+file list).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from importlib.resources import files
 from urllib.parse import urlsplit
 
 from starlette.requests import Request
@@ -30,6 +29,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..config.oauth import OAuthConfig
+from ..http.web_page import WebFiles
 
 __all__ = ["CONTENT_SECURITY_POLICY", "CALLBACK_PATH", "console_routes", "content_security_policy"]
 
@@ -41,18 +41,13 @@ def content_security_policy(issuer: str | None = None) -> str:
     (its metadata and token endpoint). Navigating to its login page needs no CSP source."""
     connect = "'self'" if issuer is None else f"'self' {_origin(issuer)}"
     return (
-        f"default-src 'self'; script-src 'self'; style-src 'self'; connect-src {connect}; img-src 'self'; "
+        f"default-src 'none'; script-src 'self'; style-src 'self'; connect-src {connect}; img-src 'self'; "
         "object-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
     )
 
 
 CONTENT_SECURITY_POLICY = content_security_policy()
-_FILES = {
-    "console.html": "text/html; charset=utf-8",
-    "console.js": "text/javascript; charset=utf-8",
-    "console_login.js": "text/javascript; charset=utf-8",
-    "console.css": "text/css; charset=utf-8",
-}
+_NAMES = ("console.html", "console.js", "console_login.js", "console.css")
 Approver = Callable[[Request], Awaitable[str | None]]
 Admin = Callable[[Request], Awaitable[bool]]
 
@@ -67,23 +62,15 @@ def console_routes(oauth: OAuthConfig | None = None, approver: Approver | None =
     """`oauth`: the gateway's `auth.oauth` (its `console` turns sign-in on); `approver`: the name of who
     may decide held calls with the request's credentials; `admin`: whether they are the admin token."""
     issuer = oauth.console_issuer() if oauth is not None else None
-    headers = {
-        "Content-Security-Policy": content_security_policy(issuer),
-        "X-Content-Type-Options": "nosniff",
-        "Referrer-Policy": "no-referrer",
-        "X-Frame-Options": "DENY",
-        "Cache-Control": "no-store",
-    }
+    web = WebFiles("gateway.server", "console_web", _NAMES, policy=content_security_policy(issuer))
+    headers = web.headers
     settings: dict[str, object] = {"oauth": None}
     if oauth is not None and oauth.console is not None and issuer is not None:
         settings["oauth"] = {"issuer": issuer, "client_id": oauth.console.client_id, "scope": oauth.console_scope(),
                              "resource": oauth.resource, "callback_path": CALLBACK_PATH}
 
     def asset(name: str) -> Response:
-        if name not in _FILES:  # only the console's own files, never a path
-            return Response("not found", status_code=404, media_type="text/plain", headers=headers)
-        body = files("gateway.server").joinpath("console_web", name).read_bytes()
-        return Response(body, media_type=_FILES[name], headers=headers)
+        return web.asset(name)
 
     async def page(request: Request) -> Response:
         return asset("console.html")

@@ -20,9 +20,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -30,6 +28,7 @@ from starlette.routing import Route
 from ..config.model import GatewayConfig
 from ..fences import FenceRecord, FenceState, FenceStore
 from ..fences.resolutions import MAX_NOTE_CHARS, Resolution, ResolutionStore
+from ..admin_json import denied, json_error as _error, read_json_body
 from ..pipeline.catalog import Catalog
 from ..protocol import JsonObject
 from ..tasks.admin import cancel_task
@@ -65,10 +64,6 @@ class ResolveRequest(BaseModel):
 
 def _iso(ts: float | None) -> str | None:
     return None if ts is None else datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds")
-
-
-def _error(status: int, message: str, **extra: Any) -> JSONResponse:
-    return JSONResponse({"error": message, **extra}, status_code=status)
 
 
 class _BadQuery(Exception):
@@ -163,9 +158,7 @@ def operator_routes(
     def guarded(handler: Callable[[Request, OperatorView], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
             if not await authorize(request):
-                if "authorization" not in request.headers:
-                    return _error(401, "admin credentials required (Authorization: Bearer <admin token>)")
-                return _error(403, "these credentials may not use the admin API")
+                return denied(request)
             current = view()
             if current is None:
                 return _error(503, "the gateway is starting")
@@ -209,14 +202,9 @@ def operator_routes(
 
     async def resolve(request: Request, v: OperatorView) -> Response:
         fence_id = request.path_params["fence_id"]
-        body = await request.body()
-        if len(body) > MAX_BODY_BYTES:
-            return _error(413, f"request body over {MAX_BODY_BYTES} bytes")
-        try:
-            ask = ResolveRequest.model_validate_json(body or b"{}")
-        except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(body)'}: {e['msg']}" for e in exc.errors())
-            return _error(400, f"invalid request: {problems}")
+        ask = await read_json_body(request, ResolveRequest, max_bytes=MAX_BODY_BYTES, empty=b"{}")
+        if isinstance(ask, JSONResponse):
+            return ask
         record = await v.fences.get(fence_id)
         if record is None:
             return _error(404, f"no fence {fence_id!r} (it may have been swept after the retention period)")

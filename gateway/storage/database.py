@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
 from pathlib import Path
 from contextlib import asynccontextmanager
@@ -122,6 +122,17 @@ async def opened(store: S) -> AsyncIterator[S]:
             await store.close()
 
 
+def run_with_store(store: S, action: Callable[[S], Awaitable[T]]) -> T:
+    """For a CLI command: `action(store)` on its own event loop, the store open for it (made from
+    the database URL, so it owns its connections) and closed after."""
+
+    async def run() -> T:
+        async with opened(store):
+            return await action(store)
+
+    return anyio.run(run)
+
+
 def write_transaction(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
     """`fn(conn)` inside `BEGIN IMMEDIATE` ... `COMMIT` on an autocommit connection; rolled back on
     any exception, also when COMMIT itself failed, so the next user never finds it open."""
@@ -194,4 +205,4 @@ class PoolLease:
             await self.database.close()
 
 
-__all__ = ["DEFAULT_POOL_MAX", "DEFAULT_POOL_MIN", "Database", "PoolLease", "Openable", "SqliteConnections", "lock_schema", "opened", "write_transaction"]
+__all__ = ["DEFAULT_POOL_MAX", "DEFAULT_POOL_MIN", "Database", "PoolLease", "Openable", "SqliteConnections", "lock_schema", "opened", "run_with_store", "write_transaction"]

@@ -14,10 +14,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import anyio
-
 from ..config.model import load_config
-from ..storage.database import Database, opened
+from ..storage.database import run_with_store
+from ..text_table import print_table
 from .records import TaskRecord, TaskStatus, iso
 from .store import TaskStore
 from .stores import open_task_store
@@ -45,13 +44,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def _with_store(args: argparse.Namespace, action: Callable[[TaskStore], Awaitable[Any]]) -> Any:
-    config = load_config(args.config)
-
-    async def run() -> Any:
-        async with Database(config.fences.store) as database, opened(open_task_store(database)) as store:
-            return await action(store)
-
-    return anyio.run(run)
+    return run_with_store(open_task_store(load_config(args.config).fences.store), action)
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -67,10 +60,7 @@ def _list(args: argparse.Namespace) -> int:
     columns = ("task_id", "principal", "tool", "status", "created", "upstream_task")
     rows = [{"task_id": r.task_id, "principal": r.principal, "tool": r.tool, "status": r.status.value,
              "created": iso(r.created_at) or "", "upstream_task": r.upstream_task_id or ""} for r in records]
-    widths = {c: max([len(c)] + [len(row[c]) for row in rows]) for c in columns}
-    print("  ".join(c.upper().ljust(widths[c]) for c in columns).rstrip())
-    for row in rows:
-        print("  ".join(row[c].ljust(widths[c]) for c in columns).rstrip())
+    print_table(rows, columns)
     return 0
 
 

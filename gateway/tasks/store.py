@@ -14,12 +14,14 @@ import builtins
 
 from typing import Protocol
 
+from ..storage.tables import SchemaVersion
 from .records import TaskRecord, TaskStatus
 
-__all__ = ["SCHEMA_VERSION", "TASKS_TABLE", "TaskStore"]
+__all__ = ["SCHEMA_VERSION", "TASKS_TABLE", "TASKS_VERSION", "TaskStore"]
 
 SCHEMA_VERSION = 1
 TASKS_TABLE = "dex_tasks"
+TASKS_VERSION = SchemaVersion(SCHEMA_VERSION, "task store")  # both backends
 
 
 class TaskStore(Protocol):

@@ -25,12 +25,14 @@ LAYERS: dict[str, list[str]] = {
         "protocol",        # the gateway's name and version on the wire
         "name_header",     # the Mcp-Name header rule (front and upstreams)
         "safe_text",       # text made safe to show on a card or a terminal (approvals, the agent host)
+        "text_table",      # the CLIs' plain-text tables
         "conventions",     # the Dex conventions: effects, keys, outcomes, answers, the checker
         "storage",         # databases, store URLs, private files
         "config",          # gateway.yaml: the model, YAML with line numbers, env overrides
         "supervision",     # background work that is logged, counted and restarted
         "telemetry",       # tracing and metrics
         "auth",            # principals and their scope
+        "admin_json",      # what every admin route answers alike: errors, 401/403, a JSON body
         "fences",          # the idempotency fences
         "audit",           # the audit log: rows, stores, writer, admin API
         "approvals",       # calls held for a person's decision: records, store, admin API

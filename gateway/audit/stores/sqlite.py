@@ -1,6 +1,6 @@
 """The audit log in the gateway's SQLite file (beside the fences and tasks, WAL mode).
 
-`SqliteConnections`: worker threads, one short connection per operation (like the tasks and
+`SqliteTable`: worker threads, one short connection per operation (like the tasks and
 registrations), never the event loop. A batch of rows is one `BEGIN IMMEDIATE` transaction. A
 trigger refuses UPDATE: rows are only appended, and deleted only by the retention sweep.
 """
@@ -10,17 +10,16 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import anyio
 
-from ...storage.database import SqliteConnections, write_transaction
-from ...storage.private_files import private_file
-from ...storage.urls import parse_sqlite_url
+from ...storage.database import write_transaction
+from ...storage.tables import SqliteTable
 from ..records import COLUMNS, AuditEntry, AuditRow
-from ..store import SCHEMA_VERSION, AuditQuery
+from ..store import AUDIT_VERSION, AuditQuery, by_id_pages
 
 TABLE = "audit_log"
+
 # Rows deleted per write transaction by the sweep (a few ms of the write lock each).
 SWEEP_BATCH_ROWS = 500
 _COLS = ", ".join(COLUMNS)
@@ -35,53 +34,18 @@ CREATE INDEX IF NOT EXISTS {TABLE}_time ON {TABLE} (time);
 CREATE INDEX IF NOT EXISTS {TABLE}_principal ON {TABLE} (principal, id);
 CREATE INDEX IF NOT EXISTS {TABLE}_tool ON {TABLE} (tool, id);
 CREATE TRIGGER IF NOT EXISTS {TABLE}_append_only BEFORE UPDATE ON {TABLE}
-BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
-CREATE TABLE IF NOT EXISTS {TABLE}_schema (version INTEGER NOT NULL)
+BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END
 """
 _INSERT = f"INSERT INTO {TABLE} ({_COLS}) VALUES ({', '.join('?' * len(COLUMNS))})"
 _SWEEP = f"DELETE FROM {TABLE} WHERE id IN (SELECT id FROM {TABLE} WHERE time < ? ORDER BY time LIMIT ?)"
 
 
-def _statements(script: str) -> list[str]:
-    """The schema's statements (a trigger's body keeps its own `;`)."""
-    out: list[str] = []
-    for part in script.split(";\n"):
-        if part.strip():
-            out.append(part.strip())
-    return out
-
-
-class SqliteAuditStore:
-    def __init__(self, path: str | Path, *, busy_timeout_ms: int = 10_000) -> None:
-        self.path = Path(path)
-        self._db = SqliteConnections(path, busy_timeout_ms=busy_timeout_ms)
+class SqliteAuditStore(SqliteTable):
+    SCHEMA = _SCHEMA  # the trigger's body keeps its own `;` (`statements`)
 
     @classmethod
-    def from_url(cls, url: str) -> "SqliteAuditStore":
-        parsed = parse_sqlite_url(url)
-        return cls(parsed.path, busy_timeout_ms=int(parsed.options.get("busy_timeout_ms", 10_000)))
-
-    async def open(self) -> None:
-        private_file(self.path)
-        await self._db.run(self._migrate)
-
-    @staticmethod
-    def _migrate(conn: sqlite3.Connection) -> None:
-        conn.execute("PRAGMA journal_mode=WAL")
-
-        def migrate(c: sqlite3.Connection) -> None:
-            for statement in _statements(_SCHEMA):
-                c.execute(statement)
-            version = c.execute(f"SELECT max(version) FROM {TABLE}_schema").fetchone()[0]
-            if version is not None and version > SCHEMA_VERSION:
-                raise RuntimeError(f"audit log schema is at version {version}; this gateway knows up to {SCHEMA_VERSION}")
-            if version is None:
-                c.execute(f"INSERT INTO {TABLE}_schema (version) VALUES (?)", (SCHEMA_VERSION,))
-
-        write_transaction(conn, migrate)
-
-    async def close(self) -> None:
-        return None
+    def created(cls, c: sqlite3.Connection) -> None:
+        AUDIT_VERSION.sqlite(c, TABLE)
 
     async def append(self, entries: list[AuditEntry]) -> None:
         def op(conn: sqlite3.Connection) -> None:
@@ -104,24 +68,20 @@ class SqliteAuditStore:
 
         return await self._db.run(op)
 
-    async def oldest_first(self, query: AuditQuery, *, page: int = 1000) -> AsyncIterator[AuditEntry]:
-        after = 0
-        while True:
+    def oldest_first(self, query: AuditQuery, *, page: int = 1000) -> AsyncIterator[AuditEntry]:
+        async def read(after: int) -> list[AuditEntry]:
             clauses, params = query.where(lambda _: "?")
             clauses.append("id > ?")
             params.append(after)
             sql = f"SELECT id, {_COLS} FROM {TABLE} WHERE {' AND '.join(clauses)} ORDER BY id LIMIT ?"
             params.append(int(page))
 
-            def op(conn: sqlite3.Connection, sql: str = sql, params: list[object] = params) -> list[AuditEntry]:
+            def op(conn: sqlite3.Connection) -> list[AuditEntry]:
                 return [AuditEntry.from_row(r) for r in conn.execute(sql, params).fetchall()]
 
-            found = await self._db.run(op)
-            for entry in found:
-                yield entry
-            if len(found) < page:
-                return
-            after = found[-1].id or after
+            return await self._db.run(op)
+
+        return by_id_pages(read, page)
 
     async def sweep(self, cutoff: int) -> int:
         """In batches of `SWEEP_BATCH_ROWS` found by the time index, each its own short write

@@ -1,26 +1,17 @@
 """The task store backends, and `open_task_store`, which picks the one for the gateway's database
-(each backend is imported only when chosen)."""
+(`storage.tables.open_table`)."""
 
 from __future__ import annotations
 
 from ...storage.database import Database
+from ...storage.tables import open_table
 from ..store import TaskStore
+from .memory import MemoryTaskStore
 
 __all__ = ["open_task_store"]
 
 
-def open_task_store(database: Database) -> TaskStore:
+def open_task_store(where: str | Database) -> TaskStore:
     """The tasks tables in the gateway's database (not yet opened)."""
-    if database.scheme == "memory":
-        from .memory import MemoryTaskStore
-
-        return MemoryTaskStore()
-    if database.scheme == "sqlite":
-        from .sqlite import SqliteTaskStore
-
-        return SqliteTaskStore.from_url(database.url)
-    if database.scheme == "postgresql":
-        from .postgres import PostgresTaskStore
-
-        return PostgresTaskStore(database)
-    raise ValueError(f"unsupported database URL scheme {database.scheme!r}")
+    return open_table(where, memory=MemoryTaskStore, sqlite="gateway.tasks.stores.sqlite:SqliteTaskStore",
+                      postgres="gateway.tasks.stores.postgres:PostgresTaskStore")

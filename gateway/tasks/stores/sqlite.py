@@ -1,6 +1,6 @@
 """Tasks in the gateway's SQLite file (beside the fences, WAL mode).
 
-`SqliteConnections`: worker threads, one short connection per operation (like the registrations
+`SqliteTable`: worker threads, one short connection per operation (like the registrations
 and media grants); the fence store's own connection is never touched. Writes are `BEGIN IMMEDIATE`; a busy file waits `busy_timeout`.
 """
 
@@ -9,17 +9,13 @@ from __future__ import annotations
 import builtins
 
 import sqlite3
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from ...storage.database import SqliteConnections, write_transaction
-from ...storage.private_files import private_file
-from ...storage.urls import parse_sqlite_url
+from ...storage.database import write_transaction
+from ...storage.tables import SqliteTable
 from ..records import COLUMNS, TaskRecord, TaskStatus, record_from_row, record_to_row
-from ..store import SCHEMA_VERSION, TASKS_TABLE
+from ..store import TASKS_TABLE, TASKS_VERSION
 
-T = TypeVar("T")
 _COLS = ", ".join(COLUMNS)
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS {TASKS_TABLE} (
@@ -31,45 +27,16 @@ CREATE TABLE IF NOT EXISTS {TASKS_TABLE} (
     input_requests TEXT, cancel_requested INTEGER NOT NULL, version INTEGER NOT NULL
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS {TASKS_TABLE}_principal_created ON {TASKS_TABLE} (principal, created_at);
-CREATE INDEX IF NOT EXISTS {TASKS_TABLE}_status ON {TASKS_TABLE} (status);
-CREATE TABLE IF NOT EXISTS {TASKS_TABLE}_schema (version INTEGER NOT NULL)
+CREATE INDEX IF NOT EXISTS {TASKS_TABLE}_status ON {TASKS_TABLE} (status)
 """
 
 
-class SqliteTaskStore:
-    def __init__(self, path: str | Path, *, busy_timeout_ms: int = 10_000) -> None:
-        self.path = Path(path)
-        self._db = SqliteConnections(path, busy_timeout_ms=busy_timeout_ms)
+class SqliteTaskStore(SqliteTable):
+    SCHEMA = _SCHEMA
 
     @classmethod
-    def from_url(cls, url: str) -> "SqliteTaskStore":
-        parsed = parse_sqlite_url(url)
-        return cls(parsed.path, busy_timeout_ms=int(parsed.options.get("busy_timeout_ms", 10_000)))
-
-    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        return await self._db.run(fn, *args)
-
-    async def open(self) -> None:
-        private_file(self.path)
-        await self._run(self._migrate)
-
-    @classmethod
-    def _migrate(cls, conn: sqlite3.Connection) -> None:
-        conn.execute("PRAGMA journal_mode=WAL")
-
-        def migrate(c: sqlite3.Connection) -> None:
-            for statement in filter(None, (s.strip() for s in _SCHEMA.split(";"))):
-                c.execute(statement)
-            version = c.execute(f"SELECT max(version) FROM {TASKS_TABLE}_schema").fetchone()[0]
-            if version is not None and version > SCHEMA_VERSION:
-                raise RuntimeError(f"task store schema is at version {version}; this gateway knows up to {SCHEMA_VERSION}")
-            if version is None:
-                c.execute(f"INSERT INTO {TASKS_TABLE}_schema (version) VALUES (?)", (SCHEMA_VERSION,))
-
-        write_transaction(conn, migrate)
-
-    async def close(self) -> None:
-        return None
+    def created(cls, c: sqlite3.Connection) -> None:
+        TASKS_VERSION.sqlite(c, TASKS_TABLE)
 
     async def insert(self, record: TaskRecord) -> None:
         sql = f"INSERT INTO {TASKS_TABLE} ({_COLS}) VALUES ({', '.join('?' * len(COLUMNS))})"
