@@ -38,6 +38,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import anyio
 import httpx
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -93,12 +94,13 @@ class SessionForwarding:
             client, self._http = self._http, None
             await client.aclose()
 
-    async def handle(self, session_id: str, scope: Scope, receive: Receive, send: Send,
-                     principal: str) -> bool | Adoption:
+    async def handle(self, session_id: str, scope: Scope, receive: Receive, send: Send, principal: str, *,
+                     adopting: anyio.Lock, held_here: Callable[[], bool]) -> bool | Adoption:
         """For a session this process does not hold: True when the request was answered here
         (forwarded, or refused); an `Adoption` when its holder died and this process took it over
-        (`principal`: who asks, who must have opened it); False: not this module's (the SDK answers
-        404 Session not found)."""
+        (`principal`: who asks, who must have opened it); False: not this module's (the SDK answers:
+        404 Session not found, or the session is here now). `adopting`: held while this process
+        adopts the session (one request of a client adopts it, the others find it `held_here`)."""
         if await self.refused_mark(session_id, scope, send):
             return True
         if header(scope, FORWARDED_HEADER.encode()) is not None:
@@ -122,11 +124,16 @@ class SessionForwarding:
                 return True
             if self._sessions is None:
                 break
-            state = await self._adopt(session_id, owner, principal)
-            if state is not None:
-                return Adoption(state, replay_body(bytes(body), receive))
+            async with adopting:  # no await between leaving it and the manager holding the session
+                if held_here():
+                    return False
+                state = await self._adopt(session_id, owner, principal)
+                if state is not None:
+                    return Adoption(state, replay_body(bytes(body), receive))
             owner = await self._owner(session_id)
-            if owner is None or owner == self.boot_id:
+            if owner == self.boot_id:
+                return False  # adopted here meanwhile
+            if owner is None:
                 break
         await refuse(send, 404, -32600, "Session not found: the replica that held it stopped; initialize again")
         return True
@@ -188,8 +195,7 @@ class SessionForwarding:
         try:
             response = await self._http.send(request, stream=True)
         except httpx.HTTPError as exc:
-            logger.info("%s…: its replica at %s did not answer (%s); the client starts over",
-                        key[:12], url, type(exc).__name__)
+            logger.info("%s…: its replica at %s did not answer (%s)", key[:12], url, type(exc).__name__)
             return False
         try:
             out = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.headers.multi_items()

@@ -85,7 +85,7 @@ class GatewaySessionManager(StreamableHTTPSessionManager):
         self.session_store: FrontSessionStore | None = None  # sessions' state, shared (replicas); set by the app
         self.on_adopt: OnAdopt | None = None
         self._stopping = False
-        self._arriving: dict[str, anyio.Lock] = {}  # session id -> requests for it not held here, one at a time
+        self._adopting: dict[str, anyio.Lock] = {}  # session id -> held while a request adopts it
 
     @asynccontextmanager
     async def run(self) -> AsyncIterator[None]:
@@ -126,24 +126,21 @@ class GatewaySessionManager(StreamableHTTPSessionManager):
 
     async def _arriving_elsewhere(self, session_id: str, scope: Scope, receive: Receive, send: Send) -> bool:
         """A request for a session this process does not hold: forwarded to its live holder, or the
-        session adopted here (True: answered); False: the SDK answers (404, or the session is here now).
-        One request per session at a time, so two requests of one client adopt it once."""
+        session adopted here (True: answered); False: the SDK answers (404, or the session is here now)."""
         assert self.forwarding is not None
-        lock = self._arriving.setdefault(session_id, anyio.Lock())
+        lock = self._adopting.setdefault(session_id, anyio.Lock())
         try:
-            async with lock:
-                if session_id in self._server_instances:
-                    return False  # adopted by the request before this one
-                user = scope.get("user")
-                requestor = authorization_context(user) if isinstance(user, AuthenticatedUser) else None
-                outcome = await self.forwarding.handle(session_id, scope, receive, send, principal_of(requestor))
-                if isinstance(outcome, Adoption):
-                    await self._serve_adopted(session_id, outcome, requestor, scope, send)
-                    return True
-                return outcome
+            user = scope.get("user")
+            requestor = authorization_context(user) if isinstance(user, AuthenticatedUser) else None
+            outcome = await self.forwarding.handle(session_id, scope, receive, send, principal_of(requestor),
+                                                   adopting=lock, held_here=lambda: session_id in self._server_instances)
+            if isinstance(outcome, Adoption):
+                await self._serve_adopted(session_id, outcome, requestor, scope, send)
+                return True
+            return outcome
         finally:
             if not lock.locked() and not lock.statistics().tasks_waiting:
-                self._arriving.pop(session_id, None)
+                self._adopting.pop(session_id, None)
 
     async def _serve_adopted(self, session_id: str, adoption: Adoption, requestor: AuthorizationContext | None,
                              scope: Scope, send: Send) -> None:
@@ -255,9 +252,11 @@ class GatewaySessionManager(StreamableHTTPSessionManager):
 
 
 
-def share_sessions(manager: GatewaySessionManager, sessions: Sessions, watch: ResourceWatch, *, spawn: Spawn) -> None:
-    """Replicas: the sessions' state goes to the shared store as it changes, and an adopted session
-    gets its log level and subscriptions back (the upstream watched again for each URI)."""
+def share_sessions(manager: GatewaySessionManager, store: FrontSessionStore, sessions: Sessions, watch: ResourceWatch,
+                   *, spawn: Spawn) -> None:
+    """Replicas: the sessions' state goes to `store` as it changes, and an adopted session gets its
+    log level and subscriptions back (the upstream watched again for each URI)."""
+    manager.session_store = store
     sessions.on_save(manager.save)
 
     def adopted(connection: Any, state: SessionState) -> None:

@@ -447,7 +447,7 @@ async def _build_runtime(
                         telemetry=ops.telemetry, parking=parking, policy=policy)
     ops.drain.watch_streams(front.listen)
     if session_store is not None and isinstance(front.manager, GatewaySessionManager):
-        share_sessions(front.manager, events.sessions, watch, spawn=lambda fn: spawn("adopted subscription", fn))
+        share_sessions(front.manager, session_store, events.sessions, watch, spawn=lambda fn: spawn("adopted subscription", fn))
 
     async def connectors_changed() -> None:
         catalog.refresh_routes()
