@@ -144,7 +144,7 @@ class SessionForwarding:
             try:
                 stored = await self._sessions.owner(session_id)
             except Exception:  # noqa: BLE001 - the store is unreachable: the id still names its opener
-                logger.warning("looking up session %s… failed", session_id[:12], exc_info=True)
+                logger.warning("looking up session …%s failed", session_id[-12:], exc_info=True)
                 stored = None
             if stored is not None:
                 return stored
@@ -155,7 +155,7 @@ class SessionForwarding:
         try:
             return await self._sessions.adopt(session_id, dead_owner=dead, principal=principal)
         except Exception:  # noqa: BLE001 - not adopted: the client initializes again
-            logger.warning("adopting session %s… failed", session_id[:12], exc_info=True)
+            logger.warning("adopting session …%s failed", session_id[-12:], exc_info=True)
             return None
 
     async def refused_mark(self, key: str, scope: Scope, send: Send) -> bool:

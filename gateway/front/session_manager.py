@@ -102,9 +102,9 @@ class GatewaySessionManager(StreamableHTTPSessionManager):
             return
         try:
             if not await store.save(session_id, principal, state.model_dump()):
-                logger.warning("session %s…: another replica adopted it", session_id[:12])
+                logger.warning("session …%s: another replica adopted it", session_id[-12:])
         except Exception:  # noqa: BLE001 - the session goes on here; only its adoption elsewhere suffers
-            logger.warning("session %s…: could not save its state", session_id[:12], exc_info=True)
+            logger.warning("session …%s: could not save its state", session_id[-12:], exc_info=True)
 
     def open_sessions(self, principal: str) -> int:
         return self._open_by_principal[principal]
@@ -149,8 +149,8 @@ class GatewaySessionManager(StreamableHTTPSessionManager):
             state = SessionState.model_validate(adoption.state)
             params = state.client_params()
         except ValidationError:
-            logger.warning("session %s…: its stored state is not readable; the client initializes again",
-                           session_id[:12], exc_info=True)
+            logger.warning("session …%s: its stored state is not readable; the client initializes again",
+                           session_id[-12:], exc_info=True)
             await refuse(send, 404, -32600, "Session not found: its stored state is not readable; initialize again")
             return
         transport = self._admit(requestor, session_id, adopted=True)
@@ -173,11 +173,11 @@ class GatewaySessionManager(StreamableHTTPSessionManager):
                                                   session_id=session_id, version=state.version, client_params=params,
                                                   restored=restored)
                 except Exception:
-                    logger.exception("adopted session %s… crashed", session_id[:12])
+                    logger.exception("adopted session …%s crashed", session_id[-12:])
                 finally:
                     await self._discard_session(session_id, transport)
 
-        logger.info("session %s…: adopted from a replica that stopped", session_id[:12])
+        logger.info("session …%s: adopted from a replica that stopped", session_id[-12:])
         assert self._task_group is not None
         await self._task_group.start(run_server)
         await self._serve_held(session_id, transport, scope, adoption.receive, send)
@@ -247,7 +247,7 @@ class GatewaySessionManager(StreamableHTTPSessionManager):
             try:
                 await self.session_store.forget(session_id)  # ended (DELETE, idle): nobody adopts it
             except Exception:  # noqa: BLE001 - the row is swept later
-                logger.info("session %s…: could not remove its stored state", session_id[:12], exc_info=True)
+                logger.info("session …%s: could not remove its stored state", session_id[-12:], exc_info=True)
         await super()._discard_session(session_id, transport)
 
 

@@ -3,9 +3,11 @@
 Three stateful `dex-gateway serve` on one PostgreSQL, with `DEX_REPLICA_SECRET`, behind Debian's
 haproxy (round-robin, no stickiness). The official SDK client (streamable HTTP, 2025-11-25 session)
 initializes, calls tools, sets its log level to `error` and subscribes to a resource; a keyed write
-(dex_server's `hold_payment`, blocked at its gate) is in flight when the replica holding the session
-is SIGKILLed. Then, on the same session id and without a new `initialize`: the interrupted call fails
-at once (its stream is gone with its replica, never a hang); the next calls succeed on the replica
+(dex_server's `hold_payment`, blocked at its gate) and a call whose upstream asks the client a
+question (an elicitation, not answered yet) are in flight when the replica holding the session is
+SIGKILLed. Then, on the same session id and without a new `initialize`: both interrupted calls end
+(their streams are gone with their replica, never a hang; the late answer to the question reaches
+no request); the next calls succeed on the replica
 that adopted the session; its log level still filters what is relayed; a resource update reaches it;
 the keyed write sent again answers `unknown` from its fence and ran upstream once. A second session
 of the dead replica, asked for through two replicas at once, is adopted by exactly one of them
@@ -37,6 +39,7 @@ from gateway.storage.database import Database
 from gateway.storage.front_sessions import FrontSessionStore
 from tests.gateway.helpers import KEY, OUTCOME, meta_of, new_key
 from tests.interop.support import Recorder, text_of
+from tests.interop.test_era_per_caller import asking_server
 from tests.support.gateway import REPO_ROOT, RunningGateway, http_upstream, start_gateway, write_config
 from tests.support.haproxy import start_haproxy
 from tests.support.postgres import PG_URL
@@ -68,11 +71,25 @@ class Traffic:
             self.initializes += 1
 
 
+class Question:
+    """The client's answer to an elicitation, held back until the test lets it go."""
+
+    def __init__(self) -> None:
+        self.asked = anyio.Event()
+        self.may_answer = anyio.Event()
+
+    async def elicit(self, context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        self.asked.set()
+        await self.may_answer.wait()
+        return types.ElicitResult(action="accept", content={"name": "Ada"})
+
+
 @asynccontextmanager
-async def sdk_client(url: str, recorder: Recorder, traffic: Traffic) -> AsyncIterator[Client]:
+async def sdk_client(url: str, recorder: Recorder, traffic: Traffic, question: Question) -> AsyncIterator[Client]:
     http = httpx2.AsyncClient(timeout=httpx2.Timeout(30, read=120), event_hooks={"request": [traffic.request]})
     async with http, Client(streamable_http_client(url, http_client=http), mode="legacy", read_timeout_seconds=60,
-                            message_handler=recorder.message, cache=None) as client:
+                            message_handler=recorder.message, elicitation_callback=question.elicit,
+                            cache=None) as client:
         yield client
 
 
@@ -105,21 +122,22 @@ async def test_a_session_outlives_its_replica(tmp_path: Path, pg_url: str) -> No
     state = tmp_path / "pay"
     with ExitStack() as stack:
         pay = stack.enter_context(start_http_server("dex_server", state_dir=state))
+        asking = stack.enter_context(asking_server())
         replicas: dict[str, RunningGateway] = {}
         for name in ("r0", "r1", "r2"):
             config = write_config(tmp_path / name, {
                 "server": {"stateful": True},
-                "upstreams": [http_upstream("pay", pay.url), _resources_upstream()],
+                "upstreams": [http_upstream("pay", pay.url), _resources_upstream(), http_upstream("ask", asking)],
                 "fences": {"store": pg_url, "replica_id": name, "lease_seconds": 4},
             })
             gateway = stack.enter_context(start_gateway(config, env=SECRET))
             gateway.wait_for_log("listening for other replicas' events", timeout=30)
             replicas[name] = gateway
         balancer = stack.enter_context(start_haproxy(tmp_path / "haproxy", [g.port for g in replicas.values()])) + "/mcp"
-        recorder, traffic = Recorder(), Traffic()
+        recorder, traffic, question = Recorder(), Traffic(), Question()
         key, gate = new_key("adopt"), "adopt-gate"
         try:
-            async with sdk_client(balancer, recorder, traffic) as client:
+            async with sdk_client(balancer, recorder, traffic, question) as client:
                 for i in range(3):
                     balance = await client.call_tool("pay__get_balance", {"account": f"acct-{i}"})
                     assert not balance.is_error, text_of(balance)
@@ -137,23 +155,29 @@ async def test_a_session_outlives_its_replica(tmp_path: Path, pg_url: str) -> No
                 http = stack.enter_context(httpx.Client(timeout=30))
                 raced = open_session(http, replicas[dead_name].url)
 
-                # A keyed write is in flight on the holder when it is SIGKILLed.
+                # A keyed write and a question to the client are in flight on the holder when it is SIGKILLed.
                 interrupted: list[BaseException | types.CallToolResult] = []
 
-                async def pay_blocked() -> None:
+                async def in_flight(tool: str, arguments: dict[str, Any], meta: dict[str, Any] | None) -> None:
                     try:
-                        interrupted.append(await client.call_tool("pay__hold_payment", {"gate": gate}, meta={KEY: key}))
+                        interrupted.append(await client.call_tool(tool, arguments, meta=meta))
                     except Exception as exc:  # noqa: BLE001 - its replica dies under it
                         interrupted.append(exc)
 
                 with anyio.fail_after(60):
                     async with anyio.create_task_group() as tg:
-                        tg.start_soon(pay_blocked)
+                        tg.start_soon(in_flight, "pay__hold_payment", {"gate": gate}, {KEY: key})
+                        tg.start_soon(in_flight, "ask__ask_name", {}, {KEY: new_key("ask")})
                         await anyio.to_thread.run_sync(lambda: wait_for_executions(state, 1, key=key))
+                        with anyio.fail_after(20):
+                            while not question.asked.is_set():
+                                assert not interrupted, interrupted  # nothing ends before the kill
+                                await anyio.sleep(0.05)
                         replicas[dead_name].kill()
-                # Never a hang: the call ends (its request was lost with its replica).
-                assert len(interrupted) == 1
-                assert not isinstance(interrupted[0], types.CallToolResult) or interrupted[0].is_error, interrupted
+                        question.may_answer.set()  # the answer reaches no request any more
+                # Never a hang: both calls end (their requests were lost with their replica).
+                assert len(interrupted) == 2
+                assert all(not isinstance(i, types.CallToolResult) or i.is_error for i in interrupted), interrupted
 
                 # The same session goes on through the balancer, without a new initialize.
                 initializes = traffic.initializes
@@ -196,7 +220,7 @@ async def test_a_session_outlives_its_replica(tmp_path: Path, pg_url: str) -> No
                 assert any(m.get("id") == 50 + i and "result" in m for m in sse_messages(answer.text)), answer.text
             owner = await _row(pg_url, raced["mcp-session-id"])
             assert owner is not None and owner[1] != dead_name
-            adopters = [g for g in survivors if f"session {raced['mcp-session-id'][:12]}…: adopted" in g.log]
+            adopters = [g for g in survivors if f"session …{raced['mcp-session-id'][-12:]}: adopted" in g.log]
             assert len(adopters) == 1, [g.log[-2000:] for g in survivors]
         finally:
             release_gate(state, gate)
