@@ -11,6 +11,9 @@ somewhere else silently:
   stateful session" that lives as long as the session;
 * the session manager's admission of a new stateful session (`_admit_session`) and the transport's
   SSE event store (`_event_store`): `front/session_manager.py`;
+* the SDK's handshake-era serve loop (`mcp.server.runner`: `JSONRPCDispatcher`, `Connection.for_loop`,
+  `serve_connection`), driven with a connection that is initialized already: a stateful session
+  adopted from a replica that died (`serve_restored_loop`);
 * OpenTelemetry's sampler chosen by `OTEL_TRACES_SAMPLER` (`_get_from_env_or_default`);
 * the SDK client session's per-era stamp (`_stamp`) and dispatcher (`_dispatcher`), for the
   requests its typed methods do not know (the agent host's task methods);
@@ -44,6 +47,7 @@ __all__ = [
     "client_raw_request",
     "replace_sdk_tracing",
     "sampler_from_environment",
+    "serve_restored_loop",
     "session_connection",
     "set_event_store",
 ]
@@ -76,6 +80,26 @@ def rekey_session(manager: Any, transport: StreamableHTTPServerTransport, sessio
     manager._server_instances[session_id] = manager._server_instances.pop(old)
     if old in manager._session_owners:
         manager._session_owners[session_id] = manager._session_owners.pop(old)
+
+
+async def serve_restored_loop(server: Server[Any], read_stream: Any, write_stream: Any, *, lifespan_state: Any,
+                              session_id: str, version: str, client_params: types.InitializeRequestParams,
+                              restored: Callable[[Any], None]) -> None:
+    """The SDK's `serve_loop` for a session whose handshake happened on another process: its
+    connection starts initialized with `client_params` at `version`; `restored(connection)` runs
+    before the first message is read."""
+    from mcp.server.connection import Connection
+    from mcp.server.runner import serve_connection
+    from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
+
+    dispatcher: JSONRPCDispatcher[Any] = JSONRPCDispatcher(read_stream, write_stream,
+                                                           inline_methods=frozenset({"initialize"}))
+    connection = Connection.for_loop(dispatcher, session_id=session_id, protocol_version_hint=version)
+    connection.client_params = client_params
+    connection.protocol_version = version
+    connection.initialized.set()
+    restored(connection)
+    await serve_connection(server, dispatcher, connection=connection, lifespan_state=lifespan_state)
 
 
 def set_event_store(transport: StreamableHTTPServerTransport, store: EventStore) -> None:

@@ -6,6 +6,7 @@
                       task_methods.py  tasks/* of both eras (the work: gateway/tasks/)
                       events.py      list changes and resource updates to clients; subscriptions/listen
                       sessions.py    live handshake-era sessions: log level, resource subscriptions
+                      session_state.py  what another replica needs to adopt a session (replicas)
                       event_store.py SSE resumption of the stateful front (Last-Event-ID), per session
                       session_manager.py  the SDK's session manager: session caps, one event store per session
 

@@ -16,6 +16,13 @@ SDK's stream ids are the JSON-RPC request ids ("1", "7") and "_GET_stream", the 
 session, so one store shared by all sessions would replay one session's events into another's
 stream. Event ids start with a random prefix of the session's own, so an id seen in one session
 names nothing in another, and an id this store never handed out replays nothing.
+
+A session adopted from a replica that died (`adopted=True`, session_manager.py) starts with an
+empty store: the dead process's events are gone with it. Its client's GET stream reconnecting
+with an id of the old process (ids of GET-stream events end in `-g`) goes on from now (the gap:
+what was sent between the death and the reconnection is lost); a POST stream's id of the old
+process answered a request that died with it (`lost_stream`: the manager refuses the reconnection,
+and the client's request fails instead of waiting).
 """
 
 from __future__ import annotations
@@ -27,10 +34,12 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import NamedTuple
 
-from mcp.server.streamable_http import EventCallback, EventId, EventMessage, EventStore, StreamId
+from mcp.server.streamable_http import GET_STREAM_KEY, EventCallback, EventId, EventMessage, EventStore, StreamId
 from mcp_types import JSONRPCMessage, jsonrpc_message_adapter
 
 __all__ = ["EventBudget", "FrontEventStore"]
+
+_GET_SUFFIX = "-g"
 
 DEFAULT_SESSION_BYTES = 4 * 1024 * 1024
 
@@ -75,7 +84,8 @@ class FrontEventStore(EventStore):
 
     def __init__(self, max_events: int = 10_000, max_age_seconds: float = 300.0,
                  clock: Callable[[], float] = time.monotonic, *, max_bytes: int = DEFAULT_SESSION_BYTES,
-                 budget: EventBudget | None = None) -> None:
+                 budget: EventBudget | None = None, adopted: bool = False) -> None:
+        self._adopted = adopted
         self._max_events = max_events
         self._max_age = max_age_seconds
         self._max_bytes = max_bytes
@@ -109,7 +119,7 @@ class FrontEventStore(EventStore):
         while self._events and (len(self._events) >= self._max_events or self._bytes + size > self._max_bytes
                                 or now - next(iter(self._events.values())).at > self._max_age):
             self._drop_oldest()
-        event_id = f"{self._prefix}-{next(self._numbers)}"
+        event_id = f"{self._prefix}-{next(self._numbers)}" + (_GET_SUFFIX if stream_id == GET_STREAM_KEY else "")
         self._events[event_id] = _Event(stream_id, data, now)
         self._bytes += size
         if self._budget is not None and size:
@@ -119,7 +129,8 @@ class FrontEventStore(EventStore):
     async def replay_events_after(self, last_event_id: EventId, send_callback: EventCallback) -> StreamId | None:
         known = self._events.get(last_event_id)
         if known is None:
-            return None
+            # The dead holder's GET stream: go on from now.
+            return GET_STREAM_KEY if self._adopted and last_event_id.endswith(_GET_SUFFIX) else None
         stream = known.stream_id
         later = list(self._events.items())  # a snapshot: new events may be stored while we send
         start = next(i for i, (event_id, _) in enumerate(later) if event_id == last_event_id) + 1
@@ -127,6 +138,12 @@ class FrontEventStore(EventStore):
             if event.stream_id == stream and event.data is not None:
                 await send_callback(EventMessage(jsonrpc_message_adapter.validate_json(event.data), event_id))
         return stream
+
+    def lost_stream(self, last_event_id: EventId) -> bool:
+        """An adopted session's reconnection to a request stream of the process that died: that
+        request is lost (nothing here can answer it)."""
+        return (self._adopted and last_event_id not in self._events
+                and not last_event_id.endswith(_GET_SUFFIX))
 
     def drop(self, event_id: EventId) -> None:
         """Forget one event (the process-wide budget evicts it)."""

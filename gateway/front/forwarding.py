@@ -1,11 +1,15 @@
 """Requests for what another replica holds, forwarded to it: stateful sessions, and the later rounds
 of a parked `input_required` request.
 
-Sessions: a request for a session another live replica holds is forwarded to it; one whose
-holder died is answered 404, so the client starts a new session.
+Sessions: a request for a session another live replica holds is forwarded to it. When its holder
+died (its lease ran out, or it refuses the connection), the replica the request reached adopts the
+session (`Adoption`: its stored state, gateway/storage/front_sessions.py; exactly one replica wins,
+the others forward to it) and serves it (session_manager.py). Without a session store, or for a
+session it does not have, the answer is 404 and the client starts a new session.
 
-A session id names the process that holds it: its boot id (32 hex digits), then 32 random hex
-digits. A replica that does not hold the session looks the boot id up in the replica directory
+A session id names the process that opened it: its boot id (32 hex digits), then 32 random hex
+digits; once adopted, the store names its holder. A replica that does not hold the session looks
+the holder's boot id up in the replica directory
 (gateway/storage/replicas.py) and passes the request on, as it came (the client's own
 credentials: the holder checks them as for any request), to that process's URL, with
 `X-Dex-Forwarded`: an HMAC-SHA256 of the session id under the deployment's shared secret
@@ -31,14 +35,20 @@ import logging
 import re
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
+import anyio
 import httpx
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..http.asgi import header, read_body, refuse, replay_body
 from ..pipeline.rounds import PARKED_STATE_PREFIX, parked_owner
 
-__all__ = ["FORWARDED_HEADER", "RoundForwardingApp", "SessionForwarding"]
+if TYPE_CHECKING:
+    from ..storage.front_sessions import FrontSessionStore
+
+__all__ = ["FORWARDED_HEADER", "Adoption", "RoundForwardingApp", "SessionForwarding"]
 
 logger = logging.getLogger(__name__)
 
@@ -53,13 +63,23 @@ _UPSTREAM_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "upgrade
 Locate = Callable[[str], Awaitable[str | None]]
 
 
+@dataclass(frozen=True)
+class Adoption:
+    """A session this process took over from its dead holder: its stored state, and the request's
+    `receive` (its body already read, handed on again)."""
+
+    state: dict[str, Any]
+    receive: Receive
+
+
 class SessionForwarding:
-    def __init__(self, boot_id: str, secret: str, locate: Locate) -> None:
+    def __init__(self, boot_id: str, secret: str, locate: Locate, sessions: FrontSessionStore | None = None) -> None:
         if not re.fullmatch(r"[0-9a-f]{32}", boot_id):
             raise ValueError("a boot id is 32 hex digits")
         self.boot_id = boot_id
         self._key = secret.encode()
         self._locate = locate
+        self._sessions = sessions  # sessions' owners and state (None: no adoption, a dead holder's session is 404)
         self._http: httpx.AsyncClient | None = None
 
     def new_session_id(self) -> str:
@@ -74,18 +94,22 @@ class SessionForwarding:
             client, self._http = self._http, None
             await client.aclose()
 
-    async def handle(self, session_id: str, scope: Scope, receive: Receive, send: Send) -> bool:
+    async def handle(self, session_id: str, scope: Scope, receive: Receive, send: Send, principal: str, *,
+                     adopting: anyio.Lock, held_here: Callable[[], bool]) -> bool | Adoption:
         """For a session this process does not hold: True when the request was answered here
-        (forwarded, or refused); False: not this module's (the SDK answers 404 Session not found)."""
+        (forwarded, or refused); an `Adoption` when its holder died and this process took it over
+        (`principal`: who asks, who must have opened it); False: not this module's (the SDK answers:
+        404 Session not found, or the session is here now). `adopting`: held while this process
+        adopts the session (one request of a client adopts it, the others find it `held_here`)."""
         if await self.refused_mark(session_id, scope, send):
             return True
         if header(scope, FORWARDED_HEADER.encode()) is not None:
             return False  # forwarded to us and not here (any more): the client starts over
-        if not _SESSION_ID.match(session_id) or session_id.startswith(self.boot_id):
+        if not _SESSION_ID.match(session_id):
             return False
-        url = await self._holder_url(session_id[:32])
-        if url is None:
-            return False  # its holder died: 404, and the client initializes again
+        owner = await self._owner(session_id)
+        if owner is None or owner == self.boot_id:
+            return False
         body = bytearray()
         while True:
             message = await receive()
@@ -94,9 +118,45 @@ class SessionForwarding:
             body += message.get("body", b"")
             if not message.get("more_body"):
                 break
-        if not await self._forward(url, session_id, scope, bytes(body), send):
-            await refuse(send, 404, -32600, "Session not found: the replica that held it stopped; initialize again")
+        for _ in range(2):  # the holder, or (lost a race to adopt it) the replica that adopted it
+            url = await self._holder_url(owner)
+            if url is not None and await self._forward(url, session_id, scope, bytes(body), send):
+                return True
+            if self._sessions is None:
+                break
+            async with adopting:  # no await between leaving it and the manager holding the session
+                if held_here():
+                    return False
+                state = await self._adopt(session_id, owner, principal)
+                if state is not None:
+                    return Adoption(state, replay_body(bytes(body), receive))
+            owner = await self._owner(session_id)
+            if owner == self.boot_id:
+                return False  # adopted here meanwhile
+            if owner is None:
+                break
+        await refuse(send, 404, -32600, "Session not found: the replica that held it stopped; initialize again")
         return True
+
+    async def _owner(self, session_id: str) -> str | None:
+        """The boot id of the session's holder: the store's (adopted sessions), else the id's own."""
+        if self._sessions is not None:
+            try:
+                stored = await self._sessions.owner(session_id)
+            except Exception:  # noqa: BLE001 - the store is unreachable: the id still names its opener
+                logger.warning("looking up session …%s failed", session_id[-12:], exc_info=True)
+                stored = None
+            if stored is not None:
+                return stored
+        return None if session_id.startswith(self.boot_id) else session_id[:32]
+
+    async def _adopt(self, session_id: str, dead: str, principal: str) -> dict[str, Any] | None:
+        assert self._sessions is not None
+        try:
+            return await self._sessions.adopt(session_id, dead_owner=dead, principal=principal)
+        except Exception:  # noqa: BLE001 - not adopted: the client initializes again
+            logger.warning("adopting session …%s failed", session_id[-12:], exc_info=True)
+            return None
 
     async def refused_mark(self, key: str, scope: Scope, send: Send) -> bool:
         """A request marked as forwarded whose mark is not `key`'s: refused (403), True."""
@@ -135,8 +195,7 @@ class SessionForwarding:
         try:
             response = await self._http.send(request, stream=True)
         except httpx.HTTPError as exc:
-            logger.info("%s…: its replica at %s did not answer (%s); the client starts over",
-                        key[:12], url, type(exc).__name__)
+            logger.info("%s…: its replica at %s did not answer (%s)", key[:12], url, type(exc).__name__)
             return False
         try:
             out = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.headers.multi_items()

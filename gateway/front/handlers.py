@@ -133,7 +133,10 @@ class _Handlers:
     async def middleware(self, ctx: ServerRequestContext[Any], call_next: Any) -> Any:
         if ctx.request_id is None:
             # A notification: the SDK drops unknown ones; a tools/call without an id never runs.
-            return await call_next(ctx)
+            result = await call_next(ctx)
+            if ctx.method == "notifications/initialized":
+                await self._p.sessions.save(ctx)  # the handshake is done: another replica could adopt it
+            return result
         self._p.sessions.remember(ctx)
         era = Era.of(ctx.protocol_version)
         if ctx.method == "tools/call":
@@ -225,12 +228,14 @@ class _Handlers:
                 except RequestError:
                     self._p.sessions.unsubscribe(ctx, uri)
                     raise
+                await self._p.sessions.save(ctx)
         return types.EmptyResult()
 
     async def unsubscribe(self, ctx: ServerRequestContext[Any], params: types.UnsubscribeRequestParams) -> types.EmptyResult:
         uri = str(params.uri)
         if self._p.sessions.unsubscribe(ctx, uri):
             await self._p.watch.release(uri)
+            await self._p.sessions.save(ctx)
         return types.EmptyResult()
 
     async def complete(self, ctx: ServerRequestContext[Any], params: types.CompleteRequestParams) -> types.CompleteResult:
@@ -247,6 +252,7 @@ class _Handlers:
         with _as_mcp_error():
             await self._p.passthrough.set_log_level(_principal(ctx), params.level)
         self._p.sessions.set_log_level(ctx, params.level)
+        await self._p.sessions.save(ctx)
         return types.EmptyResult()
 
 

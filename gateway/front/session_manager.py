@@ -12,6 +12,11 @@ process's cap any new session is answered 503 the same way. A session ends when 
 deletes it or after `server.session_idle_timeout_seconds` without a request (the SDK's idle timer);
 its count and its buffered events are given back then.
 
+With replicas (`session_store`, gateway/storage/front_sessions.py) a session outlives the process
+that holds it: what it set is in the shared store (`save`), and a request for a session whose
+holder died is served by the replica it reaches, which adopts the session (`_serve_adopted`):
+its connection is rebuilt initialized, from the stored state, without a new `initialize`.
+
 It touches SDK internals: `_admit_session`, `_discard_session`, `_handle_stateful_request`,
 `_server_instances` and the transport's `_event_store`; `tests/unit/test_sdk_internals.py` fails
 loudly when an SDK upgrade moves them.
@@ -19,10 +24,16 @@ loudly when an SDK upgrade moves them.
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
 
-from mcp.server.auth.middleware.bearer_auth import AuthorizationContext
+import anyio
+from pydantic import ValidationError
+
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, AuthorizationContext, authorization_context
 from mcp.server.streamable_http import StreamableHTTPServerTransport
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.types import Receive, Scope, Send
@@ -30,11 +41,27 @@ from starlette.types import Receive, Scope, Send
 from ..auth.principals import ANONYMOUS
 from ..errors import SessionLimitReached
 from ..http.asgi import header, refuse
-from ..internals import admit_session, rekey_session, set_event_store
+from ..internals import admit_session, rekey_session, serve_restored_loop, set_event_store
 from .event_store import DEFAULT_SESSION_BYTES, EventBudget, FrontEventStore
-from .forwarding import SessionForwarding
+from .forwarding import Adoption, SessionForwarding
+from .session_state import SessionState
 
-__all__ = ["GatewaySessionManager"]
+if TYPE_CHECKING:
+    from ..pipeline.subscriptions import ResourceWatch
+    from ..storage.front_sessions import FrontSessionStore
+    from .sessions import Sessions, Spawn
+
+__all__ = ["GatewaySessionManager", "principal_of", "share_sessions"]
+
+logger = logging.getLogger(__name__)
+
+# An adopted session's connection and its stored state: the front restores what the session set.
+OnAdopt = Callable[[Any, SessionState], None]
+
+
+def principal_of(requestor: AuthorizationContext | None) -> str:
+    """Who opened a session: the authenticated client id, else `anonymous` (no auth.tokens)."""
+    return requestor["client_id"] if requestor is not None else ANONYMOUS
 
 
 class GatewaySessionManager(StreamableHTTPSessionManager):
@@ -55,27 +82,134 @@ class GatewaySessionManager(StreamableHTTPSessionManager):
         self._principal_of: dict[str, str] = {}  # session id -> the principal that opened it
         self._open_by_principal: Counter[str] = Counter()
         self.forwarding = forwarding  # sessions other replicas hold (front/forwarding.py); set by the app
+        self.session_store: FrontSessionStore | None = None  # sessions' state, shared (replicas); set by the app
+        self.on_adopt: OnAdopt | None = None
+        self._stopping = False
+        self._adopting: dict[str, anyio.Lock] = {}  # session id -> held while a request adopts it
+
+    @asynccontextmanager
+    async def run(self) -> AsyncIterator[None]:
+        async with super().run():
+            try:
+                yield
+            finally:
+                self._stopping = True  # sessions ended by the stop stay in the store: another replica adopts them
+
+    async def save(self, session_id: str, state: SessionState) -> None:
+        """Write a session's state to the shared store (replicas); a failure is logged, the request goes on."""
+        store, principal = self.session_store, self._principal_of.get(session_id)
+        if store is None or principal is None:
+            return
+        try:
+            if not await store.save(session_id, principal, state.model_dump()):
+                logger.warning("session …%s: another replica adopted it", session_id[-12:])
+        except Exception:  # noqa: BLE001 - the session goes on here; only its adoption elsewhere suffers
+            logger.warning("session …%s: could not save its state", session_id[-12:], exc_info=True)
 
     def open_sessions(self, principal: str) -> int:
         return self._open_by_principal[principal]
 
     async def _handle_stateful_request(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.forwarding is not None:
-            found = header(scope, b"mcp-session-id")
-            session_id = found.decode("latin-1") if found is not None else None
-            if session_id is not None and session_id not in self._server_instances:
-                if await self.forwarding.handle(session_id, scope, receive, send):
-                    return
         try:
+            if self.forwarding is not None:
+                found = header(scope, b"mcp-session-id")
+                session_id = found.decode("latin-1") if found is not None else None
+                if session_id is not None and session_id not in self._server_instances:
+                    if await self._arriving_elsewhere(session_id, scope, receive, send):
+                        return
+                elif session_id is not None and await self._refused_lost_stream(session_id, scope, send):
+                    return
             await super()._handle_stateful_request(scope, receive, send)
         except SessionLimitReached as exc:  # raised by _admit_session, before any response
             headers = [(b"retry-after", b"1")] if exc.status == 503 else []
             await refuse(send, exc.status, exc.code, exc.message, headers)
 
+    async def _arriving_elsewhere(self, session_id: str, scope: Scope, receive: Receive, send: Send) -> bool:
+        """A request for a session this process does not hold: forwarded to its live holder, or the
+        session adopted here (True: answered); False: the SDK answers (404, or the session is here now)."""
+        assert self.forwarding is not None
+        lock = self._adopting.setdefault(session_id, anyio.Lock())
+        try:
+            user = scope.get("user")
+            requestor = authorization_context(user) if isinstance(user, AuthenticatedUser) else None
+            outcome = await self.forwarding.handle(session_id, scope, receive, send, principal_of(requestor),
+                                                   adopting=lock, held_here=lambda: session_id in self._server_instances)
+            if isinstance(outcome, Adoption):
+                await self._serve_adopted(session_id, outcome, requestor, scope, send)
+                return True
+            return outcome
+        finally:
+            if not lock.locked() and not lock.statistics().tasks_waiting:
+                self._adopting.pop(session_id, None)
+
+    async def _serve_adopted(self, session_id: str, adoption: Adoption, requestor: AuthorizationContext | None,
+                             scope: Scope, send: Send) -> None:
+        """The session, rebuilt here from its stored state, serves the request that adopted it."""
+        try:
+            state = SessionState.model_validate(adoption.state)
+            params = state.client_params()
+        except ValidationError:
+            logger.warning("session …%s: its stored state is not readable; the client initializes again",
+                           session_id[-12:], exc_info=True)
+            await refuse(send, 404, -32600, "Session not found: its stored state is not readable; initialize again")
+            return
+        transport = self._admit(requestor, session_id, adopted=True)
+        if transport is None:
+            raise SessionLimitReached(503, f"Too many open sessions: {self.max_sessions} (server.max_sessions); "
+                                           "try again later")
+        on_adopt = self.on_adopt
+
+        def restored(connection: Any) -> None:
+            if on_adopt is not None:
+                on_adopt(connection, state)
+
+        async def run_server(*, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+            async with transport.connect() as (read_stream, write_stream):
+                task_status.started()
+                try:
+                    idle_scope = transport.idle_scope if transport.idle_scope is not None else anyio.CancelScope()
+                    with idle_scope:
+                        await serve_restored_loop(self.app, read_stream, write_stream, lifespan_state=self._lifespan_state,
+                                                  session_id=session_id, version=state.version, client_params=params,
+                                                  restored=restored)
+                except Exception:
+                    logger.exception("adopted session …%s crashed", session_id[-12:])
+                finally:
+                    await self._discard_session(session_id, transport)
+
+        logger.info("session …%s: adopted from a replica that stopped", session_id[-12:])
+        assert self._task_group is not None
+        await self._task_group.start(run_server)
+        await self._serve_held(session_id, transport, scope, adoption.receive, send)
+
+    async def _serve_held(self, session_id: str, transport: StreamableHTTPServerTransport, scope: Scope,
+                          receive: Receive, send: Send) -> None:
+        if not await self._refused_lost_stream(session_id, scope, send):
+            await transport.handle_request(scope, receive, send)
+
+    async def _refused_lost_stream(self, session_id: str, scope: Scope, send: Send) -> bool:
+        """An adopted session's client resuming a request stream of the replica that died: that
+        request is lost, refused (410, True) so the client's request fails at once instead of waiting."""
+        transport = self._server_instances.get(session_id)
+        last_event = header(scope, b"last-event-id")
+        if scope.get("method") != "GET" or last_event is None or transport is None:
+            return False
+        store = transport._event_store
+        if not isinstance(store, FrontEventStore) or not store.lost_stream(last_event.decode("latin-1")):
+            return False
+        await refuse(send, 410, -32600, "The replica that served this request stopped; the request is lost "
+                                        "(a keyed write answers from its fence when sent again)")
+        return True
+
     def _admit_session(self, requestor: AuthorizationContext | None) -> StreamableHTTPServerTransport | None:
+        return self._admit(requestor, None)
+
+    def _admit(self, requestor: AuthorizationContext | None, session_id: str | None, *,
+               adopted: bool = False) -> StreamableHTTPServerTransport | None:
+        """A new session (`session_id` None) or one adopted from a replica that died (its own id)."""
         # No requestor: no auth.tokens, every client is `anonymous` and one per-principal cap would only
         # be a smaller process cap; server.max_sessions alone applies then.
-        principal = requestor["client_id"] if requestor is not None else ANONYMOUS
+        principal = principal_of(requestor)
         limit = self._max_per_principal if requestor is not None else None
         if limit is not None and self._open_by_principal[principal] >= limit:
             raise SessionLimitReached(
@@ -87,14 +221,16 @@ class GatewaySessionManager(StreamableHTTPSessionManager):
         transport = admit_session(self, requestor)
         if transport is None or transport.mcp_session_id is None:
             return transport
-        if self.forwarding is not None:  # the id names this process, so other replicas forward to it
+        if session_id is not None:
+            rekey_session(self, transport, session_id)
+        elif self.forwarding is not None:  # the id names this process, so other replicas forward to it
             rekey_session(self, transport, self.forwarding.new_session_id())
         assert transport.mcp_session_id is not None
         self._principal_of[transport.mcp_session_id] = principal
         self._open_by_principal[principal] += 1
         if self._event_buffer > 0:
             set_event_store(transport, FrontEventStore(self._event_buffer, max_bytes=self._event_buffer_bytes,
-                                                       budget=self._budget))
+                                                       budget=self._budget, adopted=adopted))
         return transport
 
     async def _discard_session(self, session_id: str, transport: StreamableHTTPServerTransport) -> None:
@@ -107,5 +243,29 @@ class GatewaySessionManager(StreamableHTTPSessionManager):
         store = transport._event_store
         if isinstance(store, FrontEventStore):
             store.close()
+        if principal is not None and self.session_store is not None and not self._stopping:
+            try:
+                await self.session_store.forget(session_id)  # ended (DELETE, idle): nobody adopts it
+            except Exception:  # noqa: BLE001 - the row is swept later
+                logger.info("session …%s: could not remove its stored state", session_id[-12:], exc_info=True)
         await super()._discard_session(session_id, transport)
 
+
+
+def share_sessions(manager: GatewaySessionManager, store: FrontSessionStore, sessions: Sessions, watch: ResourceWatch,
+                   *, spawn: Spawn) -> None:
+    """Replicas: the sessions' state goes to `store` as it changes, and an adopted session gets its
+    log level and subscriptions back (the upstream watched again for each URI)."""
+    manager.session_store = store
+    sessions.on_save(manager.save)
+
+    def adopted(connection: Any, state: SessionState) -> None:
+        sessions.restore(connection, state)
+
+        async def watch_again() -> None:
+            for uri in state.resources:
+                await watch.hold(uri)
+
+        spawn(watch_again)
+
+    manager.on_adopt = adopted

@@ -14,6 +14,10 @@ request go. For each such connection the gateway keeps:
 
 Connections are held weakly: a closed session is forgotten, and its subscriptions released.
 A stateless request has no connection that outlives it, so nothing is kept for it.
+
+With replicas (`on_save`), what a session set is also written to the shared store each time it
+changes (`save`), so another replica can adopt the session when this process dies (`restore`:
+gateway/front/session_manager.py).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import Any
 from mcp.server import ServerRequestContext
 
 from ..internals import session_connection
+from .session_state import SessionState
 
 __all__ = ["LOG_LEVELS", "Sessions", "level_allows"]
 
@@ -42,6 +47,8 @@ _LIST_CHANGED = {
 # Called with a URI when the last session holding it lets go (the upstream stops watching it).
 Release = Callable[[str], Coroutine[Any, Any, None]]
 Spawn = Callable[[Callable[[], Coroutine[Any, Any, None]]], object]  # a task group's start_soon
+# Writes a session's state to the shared store, by session id.
+Save = Callable[[str, SessionState], Coroutine[Any, Any, None]]
 
 
 def level_allows(threshold: str | None, level: Any) -> bool:
@@ -64,6 +71,29 @@ class Sessions:
         self._states: weakref.WeakKeyDictionary[Any, _State] = weakref.WeakKeyDictionary()
         self._release: Release | None = None
         self._spawn: Spawn | None = None
+        self._save: Save | None = None
+
+    def on_save(self, save: Save) -> None:
+        """`save(session_id, state)` runs whenever a session's state changes (replicas)."""
+        self._save = save
+
+    async def save(self, ctx: ServerRequestContext[Any]) -> None:
+        """Write the session's state to the shared store (nothing without replicas, or before the
+        handshake completed)."""
+        connection = session_connection(ctx.session)
+        state = self._state(ctx)
+        if self._save is None or state is None or connection is None:
+            return
+        params, session_id = getattr(connection, "client_params", None), getattr(connection, "session_id", None)
+        if params is None or not isinstance(session_id, str):
+            return
+        await self._save(session_id, SessionState.of(connection.protocol_version, params, state.level, state.resources))
+
+    def restore(self, connection: Any, state: SessionState) -> None:
+        """An adopted session's connection takes the state it had on the replica that died."""
+        kept = self._state_of(connection)
+        kept.level = state.level
+        kept.resources.update(state.resources)
 
     def on_release(self, release: Release, spawn: Spawn) -> None:
         """`release(uri)` runs (through `spawn`, in the background) for each URI a closed session held."""
@@ -76,6 +106,9 @@ class Sessions:
         connection = session_connection(ctx.session)
         if connection is None or not getattr(connection, "has_standalone_channel", False):
             return None  # a stateless request, or a 2026-07-28 one: nothing outlives it
+        return self._state_of(connection)
+
+    def _state_of(self, connection: Any) -> _State:
         state = self._states.get(connection)
         if state is None:
             state = self._states[connection] = _State()

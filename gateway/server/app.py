@@ -48,7 +48,8 @@ from ..storage.database import Database, opened
 from ..storage.events import ClusterEvents
 from ..storage.replicas import ReplicaDirectory
 from ..front.forwarding import RoundForwardingApp, SessionForwarding
-from ..front.session_manager import GatewaySessionManager
+from ..front.session_manager import GatewaySessionManager, share_sessions
+from ..storage.front_sessions import FrontSessionStore
 from .drain import Drain
 from ..errors import UNAVAILABLE
 from ..fences import Fences, FenceStore, Owner, open_fence_store
@@ -156,7 +157,11 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
     directory = ReplicaDirectory(database, replica_id=replica_id_for(config), boot_id=boot_id,
                                  url=advertised_url(config))
     secret = os.environ.get(REPLICA_SECRET_ENV, "")
-    forwarding = SessionForwarding(boot_id, secret, directory.url_of) if secret and directory.enabled else None
+    # Stateful sessions' state, shared, so another replica adopts a session whose holder died.
+    session_store = (FrontSessionStore(database, boot_id=boot_id)
+                     if secret and directory.enabled and config.server.stateful else None)
+    forwarding = SessionForwarding(boot_id, secret, directory.url_of, session_store) \
+        if secret and directory.enabled else None
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -182,6 +187,7 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
             open_media(config.media, database) as media, open_tasks_store(config.tasks, database) as task_store,
             opened(open_approval_store(database)) as approval_store, opened(open_pin_store(database)) as pin_store,
             opened(open_resolution_store(database)) as resolutions, open_audit(config.audit, database) as audit,
+            opened(session_store) if session_store is not None else contextlib.nullcontext(),
         ):
             if config.connectors.dir:
                 await connectors.load_dir(config.connectors.dir)
@@ -192,11 +198,14 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
             await pins.load()  # before the first listing is checked against them
             runtime = await _build_runtime(config, tg, store, authenticator, connectors, media, task_store, ops=ops,
                                            supervisor=supervisor, approval_store=approval_store, pins=pins, audit=audit,
-                                           cluster=cluster, boot_id=boot_id, forwarding=forwarding)
+                                           cluster=cluster, boot_id=boot_id, forwarding=forwarding,
+                                           session_store=session_store)
             runtime.resolutions = resolutions
             if isinstance(runtime.manager, GatewaySessionManager) and config.server.stateful:
                 runtime.manager.forwarding = forwarding
             await directory.open()
+            if session_store is not None:
+                await session_store.sweep(directory.table)
             if directory.enabled:
                 tg.start_soon(supervisor.loop, "replica heartbeat", directory.run_heartbeat)
             holder.runtime = runtime
@@ -371,6 +380,7 @@ async def _build_runtime(
     cluster: ClusterEvents | None = None,
     boot_id: str = "local",
     forwarding: SessionForwarding | None = None,
+    session_store: FrontSessionStore | None = None,
 ) -> Runtime:
     """`cluster`: events to and from the other replicas sharing PostgreSQL (gateway/storage/events.py)."""
     supervisor = supervisor or Supervisor(ops.telemetry.metrics)
@@ -438,6 +448,8 @@ async def _build_runtime(
     front = build_front(config, catalog, pipeline, upstreams, scope, events, watch, media.reader, tasks,
                         telemetry=ops.telemetry, parking=parking, policy=policy)
     ops.drain.watch_streams(front.listen)
+    if session_store is not None and isinstance(front.manager, GatewaySessionManager):
+        share_sessions(front.manager, session_store, events.sessions, watch, spawn=lambda fn: spawn("adopted subscription", fn))
 
     async def connectors_changed() -> None:
         catalog.refresh_routes()

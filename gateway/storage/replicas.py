@@ -45,6 +45,11 @@ class ReplicaDirectory:
         self._table = f'"{database.postgres.schema}".{_TABLE}' if self.enabled else ""
 
     @property
+    def table(self) -> str:
+        """The directory's table, qualified by the schema (PostgreSQL only)."""
+        return self._table
+
+    @property
     def enabled(self) -> bool:
         return self._database.scheme == "postgresql"
 

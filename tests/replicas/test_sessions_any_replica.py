@@ -3,7 +3,8 @@
 (round-robin, no stickiness). A session held by one replica is served through the balancer
 whichever replica a request lands on (forwarded to its holder, gateway/front/forwarding.py); a
 task of that session cancelled through another replica is told to it; when its holder is
-SIGKILLed the session answers 404 at once (the client initializes again), never a hang, and the
+SIGKILLed the session is adopted by the replica the next request reaches (its state is in
+PostgreSQL: tests/replicas/test_session_adoption.py has the whole story), never a hang, and the
 other sessions go on.
 """
 
@@ -78,13 +79,18 @@ async def test_handshake_sessions_from_any_replica(tmp_path: Path, pg_url: str) 
                            json={"jsonrpc": "2.0", "id": 4, "method": "tools/list"})
         assert forged.status_code == 403 and "x-dex-forwarded" in forged.text
 
-        # r0 dies: its session is gone (404, the client initializes again), at once on every replica;
+        # r0 dies: its session is adopted by another replica (no new initialize), at once;
         # r1's session goes on through the balancer.
         replicas[0].kill()
         for i in range(3):
-            gone = http.post(balancer, headers=held_by_r0, json={"jsonrpc": "2.0", "id": 20 + i, "method": "tools/list"})
-            assert gone.status_code == 404, (gone.status_code, gone.text)
+            assert _result(http.post(balancer, headers=held_by_r0,
+                                     json={"jsonrpc": "2.0", "id": 20 + i, "method": "tools/list"}), 20 + i)["tools"]
             assert _result(http.post(balancer, headers=held_by_r1,
                                      json={"jsonrpc": "2.0", "id": 30 + i, "method": "tools/list"}), 30 + i)["tools"]
+        assert sum("adopted from a replica that stopped" in g.log for g in replicas[1:]) == 1
+        # A session id nobody ever held is still unknown: 404, the client initializes again.
+        unknown = {**held_by_r1, "mcp-session-id": "0" * 64}
+        gone = http.post(balancer, headers=unknown, json={"jsonrpc": "2.0", "id": 39, "method": "tools/list"})
+        assert gone.status_code == 404, (gone.status_code, gone.text)
         again = open_session(http, balancer)  # starting over works
         assert _result(http.post(balancer, headers=again, json={"jsonrpc": "2.0", "id": 40, "method": "tools/list"}), 40)

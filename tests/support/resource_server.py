@@ -5,6 +5,10 @@
 
 Reading any URI it serves (a listed one, or one a template of it matches) answers the text
 `<label> served <uri>`, so a test sees which upstream a gateway routed the read to.
+
+With `--updates` it also accepts `resources/subscribe` and serves two tools: `touch` (`uri`) sends
+`notifications/resources/updated` for it on the caller's session; `chatter` sends one log message at
+each of `info` and `error` during the call (what a session's `logging/setLevel` lets through).
 """
 
 from __future__ import annotations
@@ -53,9 +57,35 @@ class ResourceServer:
         return types.ReadResourceResult(contents=[
             types.TextResourceContents(uri=uri, text=served_text(self.label, uri), mime_type="text/plain")])
 
-    def server(self) -> Server[Any]:
+    def server(self, updates: bool = False) -> Server[Any]:
+        more: dict[str, Any] = {}
+        if updates:
+            more = {"on_subscribe_resource": self.subscribe, "on_unsubscribe_resource": self.subscribe,
+                    "on_list_tools": self.list_tools, "on_call_tool": self.call_tool}
         return Server("dex-test-resources", version="0.1.0", on_list_resources=self.list_resources,
-                      on_list_resource_templates=self.list_resource_templates, on_read_resource=self.read_resource)
+                      on_list_resource_templates=self.list_resource_templates, on_read_resource=self.read_resource,
+                      **more)
+
+    async def subscribe(self, ctx: ServerRequestContext[Any], params: Any) -> types.EmptyResult:
+        return types.EmptyResult()
+
+    async def list_tools(self, ctx: ServerRequestContext[Any],
+                         params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        touch = {"type": "object", "properties": {"uri": {"type": "string"}}, "required": ["uri"]}
+        return types.ListToolsResult(tools=[
+            types.Tool(name="touch", description="Tell the session the resource changed", input_schema=touch,
+                       annotations=types.ToolAnnotations(read_only_hint=True)),
+            types.Tool(name="chatter", description="Log at info and error", input_schema={"type": "object"},
+                       annotations=types.ToolAnnotations(read_only_hint=True))])
+
+    async def call_tool(self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> types.CallToolResult:
+        if params.name == "touch":
+            uri = str((params.arguments or {}).get("uri"))
+            await ctx.session.send_resource_updated(uri)
+            return types.CallToolResult(content=[types.TextContent(text=f"touched {uri}")])
+        for level in ("info", "error"):
+            await ctx.session.send_log_message(level, f"chatter at {level}", related_request_id=ctx.request_id)
+        return types.CallToolResult(content=[types.TextContent(text="chattered")])
 
 
 def main() -> None:
@@ -63,8 +93,9 @@ def main() -> None:
     parser.add_argument("--label", default="resources")
     parser.add_argument("--resource", action="append", default=[])
     parser.add_argument("--template", action="append", default=[])
+    parser.add_argument("--updates", action="store_true", help="subscriptions, and the touch/chatter tools")
     args = parser.parse_args()
-    serve(ResourceServer(args.label, args.resource, args.template).server(), args)
+    serve(ResourceServer(args.label, args.resource, args.template).server(args.updates), args)
 
 
 if __name__ == "__main__":

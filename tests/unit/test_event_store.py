@@ -59,3 +59,27 @@ async def test_the_process_budget_drops_the_oldest_events_of_any_session() -> No
     assert first.stored_bytes == 0 and second.stored_bytes == budget.total
     second.close()  # the session ended: its bytes go back
     assert budget.total == 0
+
+
+async def test_an_adopted_session_goes_on_with_the_get_stream_and_refuses_a_lost_request_stream() -> None:
+    """A session adopted from a replica that died starts empty: its client's GET stream resumes from
+    now (the gap is what the dead replica had), a request stream of the dead replica is lost."""
+    from mcp.server.streamable_http import GET_STREAM_KEY
+
+    dead = FrontEventStore()
+    get_id = await dead.store_event(GET_STREAM_KEY, answer(1, 10))
+    post_id = await dead.store_event("7", answer(7, 10))
+    assert get_id.endswith("-g") and not post_id.endswith("-g")
+
+    adopted, plain = FrontEventStore(adopted=True), FrontEventStore()
+    assert await adopted.replay_events_after(get_id, _never) == GET_STREAM_KEY
+    assert adopted.lost_stream(post_id) and not adopted.lost_stream(get_id)
+    # A session that was not adopted knows nothing of foreign ids, as before.
+    assert await plain.replay_events_after(get_id, _never) is None and not plain.lost_stream(post_id)
+    # Its own ids are never lost.
+    own = await adopted.store_event("8", answer(8, 10))
+    assert not adopted.lost_stream(own)
+
+
+async def _never(event: EventMessage) -> None:
+    raise AssertionError(f"nothing is replayed: {event}")

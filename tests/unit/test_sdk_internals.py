@@ -140,3 +140,22 @@ def test_the_client_request_clock_can_still_be_stopped_for_a_person() -> None:
 
     assert callable(_request_clock.waiting_on_a_person)
     assert "request_clock(" in inspect.getsource(__import__("mcp.shared.jsonrpc_dispatcher", fromlist=["x"]))
+
+
+def test_the_handshake_loop_can_still_be_driven_with_an_initialized_connection() -> None:
+    """`serve_restored_loop` (an adopted session, gateway/internals.py) rebuilds the SDK's `serve_loop`
+    from its parts, seeding the connection as a completed handshake would."""
+    from mcp.server.connection import Connection
+    from mcp.server.runner import serve_connection, serve_loop
+    from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
+
+    assert "Connection.for_loop(" in inspect.getsource(serve_loop)
+    assert "inline_methods" in inspect.signature(JSONRPCDispatcher).parameters
+    assert "protocol_version_hint" in inspect.signature(Connection.for_loop).parameters
+    assert {"connection", "lifespan_state"} <= set(inspect.signature(serve_connection).parameters)
+    connection = Connection.for_loop(object(), session_id="s")  # type: ignore[arg-type]
+    assert not connection.initialize_accepted
+    connection.initialized.set()
+    assert connection.initialize_accepted  # the gate the SDK checks before every request
+    transport = StreamableHTTPServerTransport(mcp_session_id="s")
+    assert hasattr(transport, "idle_scope") and callable(transport.connect)
