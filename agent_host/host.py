@@ -135,9 +135,9 @@ async def open_host(args: argparse.Namespace, console: Console, setting_changes:
         mode: ApprovalMode = "auto" if args.yes else args.approve
         console.others_can_answer = api is not None
         gate = ApprovalGate(store, mode, prompter=console, timeout_seconds=args.approval_timeout, on_card=console.approval_card)
-        library = image_library(store_path(args.store), args.gateway, credential)
+        library = image_library(store, store_path(args.store), args.gateway, credential)
         tools = GatewayToolSource(args.gateway, token=credential, call_timeout=args.call_timeout, images=library,
-                                  tasks=HostTasks(store_path(args.store)))
+                                  tasks=HostTasks(store))
         builtins = Builtins(store, ConsoleQuestioner(console), question_timeout=args.approval_timeout, api_answers=api is not None,
                             resources=tools.resources)
         config = AgentConfig(max_model_calls=args.max_model_calls, **({"instructions": args.instructions} if args.instructions else {}))
