@@ -134,7 +134,10 @@ class TaskCaller:
         while True:
             try:
                 async with self._connection.session(ask_form) as client:
-                    return await self._poll_session(client, name, key, task_id, on_progress, ask_form is not None, state)
+                    outcome = await self._poll_session(client, name, key, task_id, on_progress, ask_form is not None, state)
+                if outcome is None:  # runs by itself (recorded): the service polls it, the turn is parked
+                    raise TurnParked(f"upstream task {task_id}", None)
+                return outcome
             except TurnParked:
                 raise
             except MCPError as exc:
@@ -149,10 +152,11 @@ class TaskCaller:
             await anyio.sleep(min(0.2 * state.failures, 2.0))
 
     async def _poll_session(self, client: Any, name: str, key: str, task_id: str, on_progress: OnProgress | None,
-                            asks_forms: bool, state: "_PollState") -> AttemptEvent:
-        """Poll on one session until the task ends. A 2025-11-25 task asks its questions on
-        tasks/result (elicitation on this session): while it is input_required, one tasks/result is
-        held open beside the polls. An error of a poll is raised as itself (not in a group)."""
+                            asks_forms: bool, state: "_PollState") -> AttemptEvent | None:
+        """Poll on one session until the task ends (None: it runs by itself and the turn parks). A
+        2025-11-25 task asks its questions on tasks/result (elicitation on this session): while it
+        is input_required, one tasks/result is held open beside the polls. An error of a poll is
+        raised as itself (not in a group)."""
         error: Exception | None = None
         outcome: AttemptEvent | None = None
         async with anyio.create_task_group() as asks:
@@ -170,9 +174,7 @@ class TaskCaller:
                         outcome = await self._end(client, task_id)
                         break
                     if self._park and status in OPEN_TASK_STATUSES and not state.asking:
-                        # Runs by itself (recorded above): the service polls it from the store and
-                        # drives the turn again at its end.
-                        raise TurnParked(f"upstream task {task_id}", None)
+                        break  # outcome None: parks the turn (`_poll`, outside the session)
                     if status == "input_required" and asks_forms and not state.asking:
                         state.asking = True
                         asks.start_soon(self._carry_questions, client, task_id, state)
@@ -182,7 +184,6 @@ class TaskCaller:
             asks.cancel_scope.cancel()
         if error is not None:
             raise error
-        assert outcome is not None
         return outcome
 
     async def _carry_questions(self, client: Any, task_id: str, state: "_PollState") -> None:

@@ -5,6 +5,7 @@ the host fetched the tool's image from the gateway's /media route with the agent
 from __future__ import annotations
 
 import hashlib
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -39,9 +40,11 @@ def test_run_with_an_image_shows_both_images_to_the_model(tmp_path: Path) -> Non
     assert f"[image 1: image/gif, {len(gif)} B, sha256 {hashlib.sha256(gif).hexdigest()[:4]}…]" in done.stdout
     assert f"[image 1: image/png, {len(png)} B, sha256 {hashlib.sha256(png).hexdigest()[:4]}…]" in done.stdout
     assert f"SAW user#1:{len(gif)}, tool#1:{len(png)}" in done.stdout
-    # The user's image is kept next to the session store; the tool's stays in the gateway's store.
-    assert (tmp_path / "host" / "s-media" / "sha256" / hashlib.sha256(gif).hexdigest()).read_bytes() == gif
-    assert not (tmp_path / "host" / "s-media" / "sha256" / hashlib.sha256(png).hexdigest()).exists()
+    # The user's image is kept in the session store; the tool's stays in the gateway's store.
+    with sqlite3.connect(tmp_path / "host" / "s.db") as db:
+        kept = dict(db.execute("SELECT sha256, data FROM host_images").fetchall())
+    assert kept == {hashlib.sha256(gif).hexdigest(): gif}
+    assert not (tmp_path / "host" / "s-media").exists()
 
 
 def test_a_file_that_is_not_an_image_is_refused_before_the_turn(tmp_path: Path) -> None:
