@@ -31,7 +31,6 @@ from ..domain.parking import TurnParked
 from ..domain.records import OPEN_TASK_STATUSES
 from ..store.session_store import SessionStore
 from .connection import FormAsker, GatewayConnection, GatewayUnavailable, describe
-from .trace_meta import with_trace
 
 __all__ = ["HostTasks", "TaskCaller", "TaskStatus"]
 
@@ -256,7 +255,6 @@ def _interval(task: dict[str, Any]) -> float | None:
 
 
 async def _raw(client: Any, method: str, params: dict[str, Any]) -> dict[str, Any]:
-    """A request the SDK's typed methods do not know (tasks), through the client's own dispatcher;
-    its `_meta` carries the current span's trace context when the host is traced."""
-    meta = with_trace(params.get("_meta"))
-    return await client_raw_request(client.session, method, {**params, "_meta": meta} if meta else params)
+    """A request the SDK's typed methods do not know (tasks), through the client's own dispatcher
+    (which, as for every request, puts the trace context in `_meta` when the host is traced)."""
+    return await client_raw_request(client.session, method, params)

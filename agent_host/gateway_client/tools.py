@@ -1,6 +1,7 @@
 """The gateway as the host's only tool source: list its tools, call one by the re-issue rules.
 
-Every call carries its idempotency key (and, when the host is traced, `traceparent`) in request `_meta`. Each attempt runs in its own task
+Every call carries its idempotency key in request `_meta` (and, when the host is traced, the
+SDK's dispatcher adds `traceparent` for its client span, a child of the `execute_tool` span). Each attempt runs in its own task
 (`cancel_guard`), so whatever the MCP client raises — an answer, a JSON-RPC error, a broken
 connection, or its own bare cancellation — comes back as one attempt event of the conventions
 (`Replied`, `RpcError`, `NotSent`, `Interrupted`), and `reissue` decides from the counted
@@ -36,7 +37,6 @@ from .images import ImageLibrary, ImageReference, block_text, references_in
 from .resources import GatewayResources
 from .reissue import PriorAttempts, give_up, plan_attempts, resolve
 from .tasks import HostTasks, TaskCaller
-from .trace_meta import with_trace
 
 log = logging.getLogger(__name__)
 
@@ -285,7 +285,7 @@ class GatewayToolSource:
                     request.arguments,
                     read_timeout_seconds=self._connection.call_timeout,
                     progress_callback=on_progress,
-                    meta=cast(types.RequestParamsMeta, with_trace({IDEMPOTENCY_KEY: request.key})),
+                    meta=cast(types.RequestParamsMeta, {IDEMPOTENCY_KEY: request.key}),
                 )
             return Replied(_answer(exchange.result))
 

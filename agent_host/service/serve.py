@@ -23,7 +23,7 @@ from ..domain.credentials import agent_token, approver_token
 from ..gateway_client.images import image_library
 from ..gateway_client.tasks import HostTasks
 from ..gateway_client.tools import GatewayToolSource
-from ..host import DEFAULT_MODEL, gateway_credential, model_client
+from ..host import DEFAULT_MODEL, gateway_credential, host_telemetry, model_client
 from ..models.base import ModelClient
 from ..store.session_store import SessionStore, store_path, store_target
 from ..turn.builtins import Builtins
@@ -78,7 +78,9 @@ def serve(args: argparse.Namespace) -> int:
                     tg.cancel_scope.cancel()
         return 0
 
+    telemetry = host_telemetry()
     try:
         return anyio.run(go)
     finally:
+        telemetry.shutdown()
         sock.close()
