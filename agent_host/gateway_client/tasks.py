@@ -89,13 +89,26 @@ class TaskCaller:
 
     async def known(self, key: str) -> bool:
         """Whether this call already has a task (a restarted host resumes it)."""
-        return await self._tasks.task_of(key) is not None
+        return await self._task_of(key) is not None
+
+    async def _task_of(self, key: str) -> tuple[str, str] | None:
+        """The call's task (id, status). Cancelled here (a cancelled turn resuming a call that was
+        parked on its task), the task is cancelled upstream, as from a cancelled poll."""
+        try:
+            return await self._tasks.task_of(key)
+        except anyio.get_cancelled_exc_class():
+            await self._cancel_shielded(key)
+            raise
+
+    async def _cancel_shielded(self, key: str) -> None:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+            await self.cancel(key)
 
     async def call(self, name: str, arguments: dict[str, Any], key: str,
                    on_progress: OnProgress | None = None, on_sent: Callable[[], Any] | None = None,
                    ask_form: FormAsker | None = None, on_task: Callable[[], Any] | None = None) -> AttemptEvent:
         """The call's end as an attempt event (the re-issue rules read it like a plain call's)."""
-        known = await self._tasks.task_of(key)
+        known = await self._task_of(key)
         if known is not None:
             log.info("%s (key %s): resuming task %s", name, key, known[0])
             task_id = known[0]
@@ -123,8 +136,7 @@ class TaskCaller:
                 await on_task()
             return await self._poll(name, key, task_id, on_progress, ask_form)
         except anyio.get_cancelled_exc_class():
-            with anyio.CancelScope(shield=True), anyio.move_on_after(10):
-                await self.cancel(key)
+            await self._cancel_shielded(key)
             raise
 
     async def _poll(self, name: str, key: str, task_id: str, on_progress: OnProgress | None,

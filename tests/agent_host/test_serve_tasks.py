@@ -19,6 +19,7 @@ from tests.agent_host.host_support import Stack
 from tests.agent_host.serve_support import Api, calls_per_turn, start_serve
 from tests.support.gateway import http_upstream, start_gateway, write_config
 from tests.support.servers import read_executions, start_http_server
+from tests.tasks.tasks_support import HANDSHAKE, post, result_of
 
 
 @pytest.fixture(scope="module")
@@ -99,5 +100,36 @@ def test_a_killed_service_finishes_the_task_turn_once_after_a_restart(tasks_stac
         messages = api.messages(session)["messages"]
         assert len([m for m in messages if m["role"] == "user"]) == 1, messages
         assert len([m for m in messages if m["role"] == "assistant"]) == turns[0]["model_calls"] == 2, messages
+    finally:
+        proc.stop()
+
+
+def test_a_turn_parked_on_a_task_is_cancelled_at_once_and_a_steer_waits_for_the_task(
+        tasks_stack: Stack, tmp_path: Path) -> None:
+    """A cancel makes the parked turn due: it ends `cancelled` at once and its task is cancelled
+    upstream. A steer does not wake it (a started call runs to its end): it applies once the task ended."""
+    store, log = tmp_path / "s.db", tmp_path / "calls.jsonl"
+    proc, url = start_serve(tasks_stack, store, log)
+    try:
+        api = Api(url)
+        cancelled, steered = api.new_session(), api.new_session()
+        api.send(cancelled, "research ferrets 30")
+        api.send(steered, "research minks 3")
+        for session in (cancelled, steered):
+            _until("the turn did not park", lambda: _row(store, "SELECT status FROM host_tasks WHERE session_id = ?",
+                                                         (session,)) == ("working",)
+                   and _row(store, "SELECT 1 FROM leases WHERE session_id = ?", (session,)) is None)
+        assert api.client.post(f"/sessions/{cancelled}/cancel", json={"reason": "enough"}).status_code == 202
+        assert api.client.post(f"/sessions/{steered}/steer", json={"text": "also otters"}).status_code == 202
+        assert [t["status"] for t in api.wait_turns(cancelled, 1, timeout=10)] == ["cancelled"]
+        task_id = _row(store, "SELECT task_id FROM host_tasks WHERE session_id = ?", (cancelled,))
+        assert task_id is not None
+        _until("the task was not cancelled", lambda: result_of(post(tasks_stack.gateway_url, "tasks/get",
+                                                                   {"taskId": task_id[0]}, era=HANDSHAKE))["status"] == "cancelled")
+        turns = api.wait_turns(steered, 1, timeout=30)
+        assert turns[0]["status"] == "completed", turns
+        assert len(_researched(tasks_stack, "minks")) == 1 and len(_researched(tasks_stack, "ferrets")) == 1
+        # The steer came after the task's result, before the next model call.
+        assert ("also otters", 2) in calls_per_turn(log), calls_per_turn(log)
     finally:
         proc.stop()
