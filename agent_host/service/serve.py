@@ -1,5 +1,6 @@
 """`dex-agent serve`: the host as a long-running service: the HTTP API with the chat routes and
-the web page, and the driver that runs every session's turns by itself (`driver.py`).
+the web page, the driver that runs every session's turns by itself (`driver.py`), and the watcher
+that polls the upstream tasks parked turns wait for (`task_watcher.py`).
 
 Approvals and questions are answered through the API or the page only (nobody sits at a
 terminal); a turn waiting for one is parked, not held in memory. Several `serve` processes may
