@@ -166,3 +166,16 @@ async def test_retention_on_every_append_stays_cheap(tmp_path: Path) -> None:
     without, with_retention = await per_append(None), await per_append(1000)
     print(f"per append: {without * 1000:.2f} ms without retention, {with_retention * 1000:.2f} ms with")
     assert with_retention < without * 2 + 0.002
+
+
+async def test_an_older_sqlite_store_keeps_its_task_ids(tmp_path: Path) -> None:
+    """A store file where an older host kept its task ids (five columns) gains the new ones."""
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE host_tasks (key TEXT PRIMARY KEY, task_id TEXT NOT NULL, tool TEXT NOT NULL, "
+                   "status TEXT NOT NULL, updated_at REAL NOT NULL)")
+        db.execute("INSERT INTO host_tasks VALUES ('s/turn-1/c', 'task-old', 't__research', 'working', 1.0)")
+    async with SessionStore(path) as store:
+        assert await store.task_of("s/turn-1/c") == ("task-old", "working")
+        await store.record_task("s/turn-1/c", "task-old", "t__research", "completed")
+        assert await store.task_of("s/turn-1/c") == ("task-old", "completed")
