@@ -103,6 +103,15 @@ def gateway_credential(args: argparse.Namespace) -> Credential:
                        tokens=record.tokens, token_endpoint=record.token_endpoint, record_path=path)
 
 
+def host_telemetry() -> Telemetry:
+    """The host's tracing, installed: spans only when an exporter is chosen (OTEL_TRACES_EXPORTER=
+    otlp|console), as for the gateway; then the host's MCP requests carry `traceparent` in `_meta`.
+    The caller shuts it down."""
+    telemetry = Telemetry.from_config(TelemetryConfig(service_name=TRACING_SCOPE, metrics=False))
+    telemetry.install()
+    return telemetry
+
+
 @asynccontextmanager
 async def open_host(args: argparse.Namespace, console: Console, setting_changes: dict[str, Any]) -> AsyncIterator[Host]:
     """The host for the command line `args` (and the session settings its flags change)."""
@@ -135,16 +144,13 @@ async def open_host(args: argparse.Namespace, console: Console, setting_changes:
         mode: ApprovalMode = "auto" if args.yes else args.approve
         console.others_can_answer = api is not None
         gate = ApprovalGate(store, mode, prompter=console, timeout_seconds=args.approval_timeout, on_card=console.approval_card)
-        library = image_library(store_path(args.store), args.gateway, credential)
+        library = image_library(store, store_path(args.store), args.gateway, credential)
         tools = GatewayToolSource(args.gateway, token=credential, call_timeout=args.call_timeout, images=library,
-                                  tasks=HostTasks(store_path(args.store)))
+                                  tasks=HostTasks(store))
         builtins = Builtins(store, ConsoleQuestioner(console), question_timeout=args.approval_timeout, api_answers=api is not None,
                             resources=tools.resources)
         config = AgentConfig(max_model_calls=args.max_model_calls, **({"instructions": args.instructions} if args.instructions else {}))
-        # Spans only when an exporter is chosen (OTEL_TRACES_EXPORTER=otlp|console), as for the gateway.
-        telemetry = Telemetry.from_config(TelemetryConfig(service_name=TRACING_SCOPE, metrics=False))
-        telemetry.install()
-        stack.callback(telemetry.shutdown)
+        stack.callback(host_telemetry().shutdown)
         loop = TurnLoop(store, model, tools, gate, builtins, config, console, models=resolve, continuation=hook, images=library)
         async with anyio.create_task_group() as tg:
             server: ApprovalsServer | None = None

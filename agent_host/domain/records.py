@@ -34,6 +34,12 @@ _FINAL = frozenset(
 )
 
 
+# An upstream task's statuses while it runs by itself (MCP tasks): a turn parked on it waits; any
+# other status (completed, failed, cancelled, input_required, or one the gateway no longer knows)
+# makes the turn due again.
+OPEN_TASK_STATUSES = ("working",)
+
+
 class TurnStatus(StrEnum):
     RUNNING = "running"
     COMPLETED = "completed"

@@ -6,12 +6,15 @@ mime_type, sha256, size_bytes). Where the bytes come from:
     dex-gateway://media/sha256/<hash>   an image a tool returned through a gateway with a media
                                         store: fetched from that gateway (`GET /media/sha256/<hash>`
                                         on the gateway URL's origin, with the agent's token)
-    file:///…/sha256/<hash>             an image the host keeps itself, in its own directory next
-                                        to the session store: the user's (`--image PATH`) and
+    dex-agent://images/sha256/<hash>    an image the host keeps itself, in the session store
+                                        (`host_images`, SQLite or PostgreSQL, so every host process
+                                        on the store reads it): the user's (`--image PATH`) and
                                         inline images from a gateway without a media store
+    file:///…/sha256/<hash>             the same, kept by an older host in a directory next to a
+                                        SQLite store (still read from there)
 
-The session store holds only references (on user messages and tool-call records); the bytes are
-loaded again at each model call and checked against the hash, never written to the session.
+Sessions hold only references (on user messages and tool-call records); the bytes are loaded
+again at each model call and checked against the hash, never written into a session's records.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pydantic import ValidationError
 from gateway.conventions.answers import Answer
 from gateway.errors import InvalidImage, MediaStoreError
 from gateway.media.references import IMAGE_META_KEY, ImageReference, image_blocks, sha256_of_uri
+from gateway.media.stores.base import MediaStore, checked_bytes
 from gateway.media.stores.local import LocalMediaStore
 from gateway.media.validation import ImageRules, ValidImage, check_image
 from gateway.media.formats import image_type
@@ -36,9 +40,10 @@ from gateway.media.formats import image_type
 from ..domain import texts
 from ..domain.safe_text import terminal_text
 from ..models.base import ModelRequest
+from ..store.session_store import SessionStore
 from .credential import Credential, CredentialError, as_credential
 
-__all__ = ["ImageLibrary", "ImageReference", "block_text", "image_line", "references_in"]
+__all__ = ["ImageLibrary", "ImageReference", "SessionImages", "block_text", "image_line", "references_in"]
 
 log = logging.getLogger(__name__)
 
@@ -83,13 +88,47 @@ def image_line(n: int, reference: ImageReference) -> str:
     return terminal_text(f"[image {n}: {reference.mime_type}, {size_text(reference.size_bytes)}, sha256 {reference.sha256[:4]}…]", 200)
 
 
-class ImageLibrary:
-    """The host's images: its own store (user and inline images) and the gateway's media route."""
+SESSION_IMAGE_PREFIX = "dex-agent://images/sha256/"
 
-    def __init__(self, root: Path, gateway_url: str | None = None, token: str | Credential | None = None,
-                 *, rules: ImageRules | None = None, timeout_seconds: float = 30.0) -> None:
+
+class SessionImages:
+    """The images the host keeps, in the session store (`store/sqlite_images.py`), as a media store
+    (`gateway.media.stores.base.MediaStore`)."""
+
+    def __init__(self, store: SessionStore, max_bytes: int) -> None:
+        self._session_store = store
+        self._max_bytes = max_bytes
+
+    async def open(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    def object_uri(self, sha256: str) -> str:
+        return SESSION_IMAGE_PREFIX + sha256
+
+    async def put(self, image: ValidImage) -> bool:
+        return await self._session_store.put_image(image.sha256, image.mime_type, image.data)
+
+    async def get(self, sha256: str) -> bytes | None:
+        data = await self._session_store.get_image(sha256)
+        return None if data is None else checked_bytes(sha256, data, self._max_bytes, f"image {sha256[:12]} of the session store")
+
+
+class ImageLibrary:
+    """The host's images: its own store (user and inline images) and the gateway's media route.
+
+    `kept` is where the host keeps its images: the session store (`dex-agent run`/`serve`), or a
+    local directory (a Path). `legacy_root`: the directory an older host kept them in (read only)."""
+
+    def __init__(self, kept: SessionStore | Path, gateway_url: str | None = None, token: str | Credential | None = None,
+                 *, rules: ImageRules | None = None, timeout_seconds: float = 30.0, legacy_root: Path | None = None) -> None:
         self.rules = rules or ImageRules()
-        self._store = LocalMediaStore(root, self.rules.max_image_bytes)
+        self._store: MediaStore = (LocalMediaStore(kept, self.rules.max_image_bytes) if isinstance(kept, Path)
+                                   else SessionImages(kept, self.rules.max_image_bytes))
+        self._files = (self._store if isinstance(kept, Path) else
+                       LocalMediaStore(legacy_root, self.rules.max_image_bytes) if legacy_root is not None else None)
         self._origin = _origin(gateway_url) if gateway_url else None
         self._credential = as_credential(token)
         self._timeout = timeout_seconds
@@ -165,10 +204,12 @@ class ImageLibrary:
         return request.model_copy(update={"image_data": await self.load(references)})
 
     async def _bytes(self, http: httpx.AsyncClient, reference: ImageReference) -> bytes:
-        if reference.uri.startswith("file:"):
-            data = await self._store.get(reference.sha256)
+        if reference.uri.startswith(("file:", SESSION_IMAGE_PREFIX)):
+            own = reference.uri.startswith(SESSION_IMAGE_PREFIX) or isinstance(self._store, LocalMediaStore)
+            where = self._store if own else self._files
+            data = await where.get(reference.sha256) if where is not None else None
             if data is None:
-                raise ValueError("not in the host's image directory")
+                raise ValueError("not among the images the host keeps")
             return data
         if sha256_of_uri(reference.uri) != reference.sha256 or self._origin is None:
             raise ValueError("not an image this host can fetch")
@@ -185,6 +226,7 @@ def _origin(url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}"
 
 
-def image_library(store: Path, gateway_url: str, token: str | Credential | None) -> ImageLibrary:
-    """The host's images: its own directory next to the session store, and the gateway's /media."""
-    return ImageLibrary(store.with_name(store.stem + "-media"), gateway_url, token)
+def image_library(store: SessionStore, local: Path, gateway_url: str, token: str | Credential | None) -> ImageLibrary:
+    """The host's images: kept in the session store (those an older host kept in a directory next
+    to the local store file are still read), and the gateway's /media."""
+    return ImageLibrary(store, gateway_url, token, legacy_root=local.with_name(local.stem + "-media"))

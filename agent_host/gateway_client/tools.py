@@ -1,6 +1,7 @@
 """The gateway as the host's only tool source: list its tools, call one by the re-issue rules.
 
-Every call carries its idempotency key in request `_meta`. Each attempt runs in its own task
+Every call carries its idempotency key in request `_meta` (and, when the host is traced, the
+SDK's dispatcher adds `traceparent` for its client span, a child of the `execute_tool` span). Each attempt runs in its own task
 (`cancel_guard`), so whatever the MCP client raises — an answer, a JSON-RPC error, a broken
 connection, or its own bare cancellation — comes back as one attempt event of the conventions
 (`Replied`, `RpcError`, `NotSent`, `Interrupted`), and `reissue` decides from the counted
@@ -174,13 +175,15 @@ class GatewayToolSource:
         clock: Callable[[], float] = time.time,
         images: ImageLibrary | None = None,
         tasks: HostTasks | None = None,
+        park_tasks: bool = False,
     ) -> None:
         self.url = url
         self._connection = GatewayConnection(url, token, connect_timeout, call_timeout, connect_attempts)
         # The gateway's resources and prompts, for the model's mcp_* tools.
         self.resources = GatewayResources(self._connection)
         # Tools that need a task are called as one; their task ids are kept in `tasks` (agent_host/gateway_client/tasks.py).
-        self.task_caller = TaskCaller(self._connection, tasks) if tasks is not None else None
+        # `park_tasks` (`dex-agent serve`): a running task parks its turn (the service polls it).
+        self.task_caller = TaskCaller(self._connection, tasks, park=park_tasks) if tasks is not None else None
         self._task_tools: set[str] = set()
         self._clock = clock
         self._images = images  # keeps the inline images of a gateway without a media store

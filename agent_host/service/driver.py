@@ -1,11 +1,12 @@
 """The driver of `dex-agent serve`: on start and continuously it asks the store which sessions
 have work due (`due_sessions`: an interrupted turn, a durable wait whose time came, an approval or
-question that got its answer, a steer or cancel, a queued message) and drives each one it can
-lease, one task per session.
+question that got its answer, an upstream task that ended (polled by `task_watcher.py`), a steer
+or cancel, a queued message) and drives each one it can lease, one task per session.
 
 A session is driven until it has nothing left to do now: its unfinished turn is resumed (a call
 that may have been sent is sent again with the same key, as `dex-agent resume` does), then each
-queued message starts the next turn, then an approved draft plan its executing turn. A turn that has to wait for someone or for a time is parked
+queued message starts the next turn, then an approved draft plan its executing turn. A turn that
+has to wait for someone, for a time or for an upstream task is parked
 (`domain/parking.py`): the lease is released and the session comes back when the store says it
 is due. Nothing sleeps in the process for a turn.
 """

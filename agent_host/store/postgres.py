@@ -82,6 +82,16 @@ CREATE TABLE IF NOT EXISTS leases (
 CREATE TABLE IF NOT EXISTS found_tools (
   session_id TEXT NOT NULL, name TEXT NOT NULL, definition TEXT NOT NULL, found_at DOUBLE PRECISION NOT NULL,
   PRIMARY KEY (session_id, name));
+CREATE INDEX IF NOT EXISTS compactions_by_session ON compactions (session_id, last_seq);
+CREATE TABLE IF NOT EXISTS host_tasks (
+  key TEXT PRIMARY KEY, task_id TEXT NOT NULL, tool TEXT NOT NULL, status TEXT NOT NULL,
+  updated_at DOUBLE PRECISION NOT NULL, session_id TEXT, turn_id TEXT, tool_call_id TEXT,
+  next_poll_at DOUBLE PRECISION NOT NULL DEFAULT 0, polls INTEGER NOT NULL DEFAULT 0);
+CREATE INDEX IF NOT EXISTS host_tasks_by_status ON host_tasks (status, next_poll_at);
+CREATE INDEX IF NOT EXISTS host_tasks_by_turn ON host_tasks (session_id, turn_id);
+CREATE TABLE IF NOT EXISTS host_images (
+  sha256 TEXT PRIMARY KEY, mime_type TEXT NOT NULL, size_bytes BIGINT NOT NULL, data BYTEA NOT NULL,
+  created_at DOUBLE PRECISION NOT NULL);
 """
 
 # The generated key an INSERT into each table returns (`lastrowid`).

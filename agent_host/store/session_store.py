@@ -1,7 +1,7 @@
 """The session store (SQLite; or PostgreSQL through the same statements, `postgres.py`) as the
 async host uses it: sessions, turns, messages, tool-call records, approvals, questions, controls
 (steer, cancel, plan execution), usage, compactions, the session's event log, and for `serve`
-leases and queued messages.
+leases, queued messages, the upstream tasks its turns wait for and the images it keeps.
 
 Every state change is committed (WAL, synchronous=FULL) before the loop acts on it, so a host
 killed at any instant resumes at a step boundary. The fsync of each commit happens off the
@@ -25,6 +25,7 @@ import anyio
 
 from ..domain.records import ApprovalRecord, ApprovalStatus, CallStatus, SessionRecord, ToolCallRecord, TurnRecord, TurnStatus
 from .postgres import is_postgres_url
+from .sqlite_base import DEFAULT_RETAINED_MESSAGES
 from .sqlite_store import SqliteSessionStore
 
 DEFAULT_STORE_PATH = "var/dex-agent.db"
@@ -42,9 +43,9 @@ def store_target(configured: str | None) -> str | Path:
 
 
 def store_path(configured: str | None) -> Path:
-    """The local file the host keeps its other files beside (login, images, upstream task ids): the
-    SQLite store; with a PostgreSQL store, $DEX_AGENT_LOCAL_STORE or the default path (its folder
-    created)."""
+    """The local file the host keeps its `login` beside: the SQLite store; with a PostgreSQL
+    store, $DEX_AGENT_LOCAL_STORE or the default path (its folder created). Upstream task ids and
+    images are kept in the session store itself."""
     target = store_target(configured)
     if isinstance(target, Path):
         return target
@@ -83,8 +84,9 @@ class _OffThread(Generic[P, T]):
 class SessionStore:
     """The async face of `SqliteSessionStore`: each of its statements below, off the event loop."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, retained_message_limit: int | None = DEFAULT_RETAINED_MESSAGES) -> None:
         self.path: str | Path = path if is_postgres_url(path) else Path(path)
+        self.retained_message_limit = retained_message_limit
         self._sqlite: SqliteSessionStore | None = None
         self._limiter: anyio.CapacityLimiter | None = None
 
@@ -93,7 +95,8 @@ class SessionStore:
     async def open(self) -> None:
         if self._sqlite is None:
             self._limiter = anyio.CapacityLimiter(1)
-            self._sqlite = await anyio.to_thread.run_sync(SqliteSessionStore, self.path, limiter=self._limiter)
+            self._sqlite = await anyio.to_thread.run_sync(
+                SqliteSessionStore, self.path, self.retained_message_limit, limiter=self._limiter)
 
     async def close(self) -> None:
         if self._sqlite is not None:
@@ -177,6 +180,14 @@ class SessionStore:
     start_plan_execution = _OffThread(SqliteSessionStore.start_plan_execution)
     transcript = _OffThread(SqliteSessionStore.transcript)
     due_sessions = _OffThread(SqliteSessionStore.due_sessions)
+
+    # Upstream tasks and the host's images (`sqlite_tasks.py`, `sqlite_images.py`) ----------------
+    task_of = _OffThread(SqliteSessionStore.task_of)
+    record_task = _OffThread(SqliteSessionStore.record_task)
+    claim_task_polls = _OffThread(SqliteSessionStore.claim_task_polls)
+    record_task_poll = _OffThread(SqliteSessionStore.record_task_poll)
+    put_image = _OffThread(SqliteSessionStore.put_image)
+    get_image = _OffThread(SqliteSessionStore.get_image)
 
 __all__ = [
     "DEFAULT_STORE_PATH",

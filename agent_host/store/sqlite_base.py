@@ -75,7 +75,19 @@ CREATE TABLE IF NOT EXISTS leases (
 CREATE TABLE IF NOT EXISTS found_tools (
   session_id TEXT NOT NULL, name TEXT NOT NULL, definition TEXT NOT NULL, found_at REAL NOT NULL,
   PRIMARY KEY (session_id, name));
+CREATE INDEX IF NOT EXISTS compactions_by_session ON compactions (session_id, last_seq);
+CREATE TABLE IF NOT EXISTS host_tasks (
+  key TEXT PRIMARY KEY, task_id TEXT NOT NULL, tool TEXT NOT NULL, status TEXT NOT NULL, updated_at REAL NOT NULL,
+  session_id TEXT, turn_id TEXT, tool_call_id TEXT, next_poll_at REAL NOT NULL DEFAULT 0,
+  polls INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS host_images (
+  sha256 TEXT PRIMARY KEY, mime_type TEXT NOT NULL, size_bytes INTEGER NOT NULL, data BLOB NOT NULL,
+  created_at REAL NOT NULL);
 """
+
+# Stored messages a compaction summarized are deleted once this many newer ones are stored (the
+# seeds' retainedMessageLimit; None keeps every message).
+DEFAULT_RETAINED_MESSAGES = 1000
 
 # Columns added after the first release of the store: added to an older file when it is opened.
 _ADDED_COLUMNS: dict[str, list[tuple[str, str]]] = {
@@ -87,13 +99,24 @@ _ADDED_COLUMNS: dict[str, list[tuple[str, str]]] = {
     "tool_calls": [("cancel_reason", "TEXT"), ("images", "TEXT")],
     "messages": [("message_id", "TEXT")],
     "questions": [("kind", "TEXT NOT NULL DEFAULT 'ask_user'"), ("form", "TEXT")],
+    # An older host kept only (key, task_id, tool, status, updated_at), in this file.
+    "host_tasks": [("session_id", "TEXT"), ("turn_id", "TEXT"), ("tool_call_id", "TEXT"),
+                   ("next_poll_at", "REAL NOT NULL DEFAULT 0"), ("polls", "INTEGER NOT NULL DEFAULT 0")],
 }
+# Indexes on added columns: created once the columns exist.
+_INDEXES = """
+CREATE INDEX IF NOT EXISTS host_tasks_by_status ON host_tasks (status, next_poll_at);
+CREATE INDEX IF NOT EXISTS host_tasks_by_turn ON host_tasks (session_id, turn_id);
+"""
 
 
 class SqliteBase:
     """The connection and the helpers every group of statements uses."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, retained_message_limit: int | None = DEFAULT_RETAINED_MESSAGES) -> None:
+        if retained_message_limit is not None and retained_message_limit < 1:
+            raise ValueError(f"the retained message limit must be at least 1, not {retained_message_limit}")
+        self.retained_message_limit = retained_message_limit
         if is_postgres_url(path):
             # PostgreSQL: the same statements through a connection that speaks them (`postgres.py`).
             self.path = Path("postgresql")
@@ -117,6 +140,8 @@ class SqliteBase:
                 for column, declaration in columns:
                     if column not in present:
                         db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
+            for statement in filter(str.strip, _INDEXES.split(";")):
+                db.execute(statement)
 
     def close(self) -> None:
         self._db.close()
@@ -208,7 +233,34 @@ class SqliteBase:
             (session_id, turn_id, message.model_dump_json(), message_id),
         )
         self._event(db, session_id, turn_id, events.MESSAGE, events.message(turn_id, message))
+        self._retain(db, session_id)
         return int(cursor.lastrowid or 0)
+
+    def _retain(self, db: sqlite3.Connection, session_id: str, limit: int | None = None) -> int:
+        """Retention, inside the caller's transaction (every append, every compaction): delete the
+        oldest stored messages that the latest compaction summarized while at least `limit` (the
+        store's `retained_message_limit`) stored messages come after them; how many went. The
+        newest `limit` messages and every message after the summary always stay.
+
+        Cheap on the common path: two index lookups (the latest summary's last seq, the session's
+        oldest message) find that nothing summarized is left, before any count."""
+        limit = self.retained_message_limit if limit is None else limit
+        if limit is None:
+            return 0
+        latest = db.execute("SELECT MAX(last_seq) AS s FROM compactions WHERE session_id = ?", (session_id,)).fetchone()
+        if latest is None or latest["s"] is None:
+            return 0
+        oldest = db.execute("SELECT MIN(seq) AS s FROM messages WHERE session_id = ?", (session_id,)).fetchone()
+        if oldest is None or oldest["s"] is None or int(oldest["s"]) > int(latest["s"]):
+            return 0  # nothing summarized is still stored
+        kept = db.execute(
+            "SELECT seq FROM messages WHERE session_id = ? ORDER BY seq DESC LIMIT 1 OFFSET ?", (session_id, limit - 1)
+        ).fetchone()
+        if kept is None:
+            return 0  # fewer than `limit` messages: nothing to delete
+        below = min(int(latest["s"]) + 1, int(kept["seq"]))
+        deleted = db.execute("DELETE FROM messages WHERE session_id = ? AND seq < ?", (session_id, below)).rowcount
+        return int(deleted or 0)
 
     def found_effect(self, session_id: str, name: str) -> str | None:
         """The effect of a tool the session found (its Dex classification), None when not found."""

@@ -54,6 +54,7 @@ class SqliteLedger(SqliteBase):
                 self._usage(db, session_id, turn_id, "summary", *usage)
             data = events.compaction(turn_id, len(replaced), tool_call_ids, len(summary))
             self._event(db, session_id, turn_id, events.COMPACTION, data)
+            self._retain(db, session_id)
 
     def compactions(self, session_id: str) -> list[CompactionRecord]:
         rows = self._db.execute("SELECT * FROM compactions WHERE session_id = ? ORDER BY id", (session_id,)).fetchall()
@@ -64,18 +65,7 @@ class SqliteLedger(SqliteBase):
             for r in rows
         ]
 
-    def apply_retention(self, session_id: str, limit: int) -> int:
-        """Delete the oldest stored messages that the latest compaction summarized while at least
-        `limit` stored messages come after them (the seeds' retainedMessageLimit); how many went.
-        The newest `limit` messages and every message after the summary always stay."""
+    def apply_retention(self, session_id: str, limit: int | None = None) -> int:
+        """Retention now (`_retain`; it also runs on every append and compaction); how many went."""
         with self._tx() as db:
-            latest = db.execute("SELECT MAX(last_seq) AS s FROM compactions WHERE session_id = ?", (session_id,)).fetchone()
-            if latest is None or latest["s"] is None:
-                return 0
-            kept = db.execute(
-                "SELECT seq FROM messages WHERE session_id = ? ORDER BY seq DESC LIMIT 1 OFFSET ?", (session_id, limit - 1)
-            ).fetchone() if limit > 0 else None
-            if limit > 0 and kept is None:
-                return 0  # fewer than `limit` messages: nothing to delete
-            below = min(int(latest["s"]) + 1, int(kept["seq"])) if kept is not None else int(latest["s"]) + 1
-            return db.execute("DELETE FROM messages WHERE session_id = ? AND seq < ?", (session_id, below)).rowcount
+            return self._retain(db, session_id, limit)

@@ -10,7 +10,10 @@ one store never both hold a session.
 Work is due for a session that is not held by a live process when
 * it has a running turn that waits for nothing: an interrupted one, or one whose `durable_wait`
   time came (the wake-up time is the call's stored `wait_until`), whose approval or question got
-  its answer or passed its deadline, or that was steered or cancelled while it waited;
+  its answer or passed its deadline, whose upstream task ended or asks for input (its status as
+  the service last polled it, `sqlite_tasks.py`), or that was steered or cancelled while it
+  waited (a turn waiting for an upstream task: cancelled only, since a steer lets a started call
+  run to its end);
 * it has no running turn and a queued message, or an approval of its draft plan (`execute_plan`).
 """
 
@@ -26,10 +29,20 @@ from dataclasses import dataclass
 from gateway.storage.leases import holder_dead
 
 from ..domain import session_events as events
-from ..domain.records import CallStatus, ControlKind, TurnStatus
+from ..domain.records import OPEN_TASK_STATUSES, CallStatus, ControlKind, TurnStatus
 from .sqlite_base import SqliteBase
 
 QUEUED, STARTED, WITHDRAWN = "queued", "started", "withdrawn"
+
+
+# A running turn waits for an upstream task while one of its `sent` calls has a task that still
+# runs by itself (`sqlite_tasks.py`); the service polls it, and its end makes the turn due.
+_WAITS_FOR_TASK = (
+    "SELECT 1 FROM host_tasks h JOIN tool_calls c ON c.session_id = h.session_id AND c.id = h.tool_call_id"
+    " WHERE h.session_id = t.session_id AND h.turn_id = t.id AND c.status = ?"
+    f" AND h.status IN ({', '.join('?' * len(OPEN_TASK_STATUSES))})"
+)
+_TASK_PARAMS = (CallStatus.SENT.value, *OPEN_TASK_STATUSES)
 
 
 @dataclass(frozen=True)
@@ -181,7 +194,7 @@ class SqliteService(SqliteBase):
         """The sessions with work due now that no live other process holds (module docstring)."""
         now = time.time() if now is None else now
         rows = self._db.execute(
-            """
+            f"""
             SELECT t.session_id AS id FROM turns t WHERE t.status = ?
               AND (NOT EXISTS (SELECT 1 FROM tool_calls c WHERE c.session_id = t.session_id AND c.turn_id = t.id
                                AND c.status = ? AND c.wait_until > ?)
@@ -189,8 +202,9 @@ class SqliteService(SqliteBase):
                                AND a.status = 'pending' AND (a.deadline IS NULL OR a.deadline > ?))
                    AND NOT EXISTS (SELECT 1 FROM questions q WHERE q.session_id = t.session_id AND q.turn_id = t.id
                                AND q.status = 'pending' AND (q.deadline IS NULL OR q.deadline > ?))
+                   AND NOT EXISTS ({_WAITS_FOR_TASK})
                    OR EXISTS (SELECT 1 FROM controls k WHERE k.session_id = t.session_id AND k.turn_id = t.id
-                               AND k.applied_at IS NULL))
+                               AND k.applied_at IS NULL AND (k.kind = ? OR NOT EXISTS ({_WAITS_FOR_TASK}))))
             UNION
             SELECT q.session_id AS id FROM queued_messages q WHERE q.status = ?
               AND NOT EXISTS (SELECT 1 FROM turns t WHERE t.session_id = q.session_id AND t.status = ?)
@@ -198,7 +212,8 @@ class SqliteService(SqliteBase):
             SELECT k.session_id AS id FROM controls k WHERE k.turn_id IS NULL AND k.kind = ? AND k.applied_at IS NULL
               AND NOT EXISTS (SELECT 1 FROM turns t WHERE t.session_id = k.session_id AND t.status = ?)
             """,
-            (TurnStatus.RUNNING.value, CallStatus.WAITING.value, now, now, now, QUEUED, TurnStatus.RUNNING.value,
+            (TurnStatus.RUNNING.value, CallStatus.WAITING.value, now, now, now, *_TASK_PARAMS, ControlKind.CANCEL.value,
+             *_TASK_PARAMS, QUEUED, TurnStatus.RUNNING.value,
              ControlKind.EXECUTE_PLAN.value, TurnStatus.RUNNING.value),
         ).fetchall()
         due = []

@@ -36,10 +36,12 @@ from ..domain.records import (
 from ..models.base import Message
 from .sqlite_controls import SqliteControls
 from .sqlite_ledger import SqliteLedger
-from .sqlite_service import QUEUED, STARTED, SqliteService
+from .sqlite_service import QUEUED, STARTED
+from .sqlite_images import SqliteImages
+from .sqlite_tasks import SqliteTasks
 
 
-class SqliteSessionStore(SqliteControls, SqliteLedger, SqliteService):
+class SqliteSessionStore(SqliteControls, SqliteLedger, SqliteTasks, SqliteImages):
     """The statements, synchronous: call them from one thread at a time (`SessionStore` does)."""
 
     # Sessions ---------------------------------------------------------------------------------

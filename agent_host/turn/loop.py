@@ -23,6 +23,7 @@ from pydantic import BaseModel, Field
 
 from ..approvals.gate import ApprovalGate
 from ..domain import session_events, texts
+from ..domain.call_keys import idempotency_key
 from ..domain.plan import plan_note
 from ..domain.records import CallStatus, PlanStatus, ToolCallRecord, TurnMode, TurnRecord, TurnStatus
 from ..domain.settings import SessionSettings, apply_policy
@@ -65,13 +66,6 @@ class AgentConfig(BaseModel):
     control_poll_seconds: float = POLL_SECONDS
     # A gateway listing that fails or takes longer offers no tools in that model call (a warning).
     listing_timeout_seconds: float = Field(default=10.0, gt=0)
-    # Stored messages a compaction summarized are deleted once this many newer ones are stored
-    # (None keeps every message); applied at the end of each turn.
-    retained_message_limit: int | None = Field(default=1000, ge=1)
-
-
-def idempotency_key(session_id: str, turn_id: str, tool_call_id: str) -> str:
-    return f"{session_id}/{turn_id}/{tool_call_id}"
 
 
 class _Deltas:
@@ -173,11 +167,6 @@ class TurnLoop:
         finished = await self._store.finish_turn(
             turn.session_id, turn.id, status, final_text, error, unless_steered=status is TurnStatus.COMPLETED
         )
-        if finished and self._config.retained_message_limit is not None:
-            deleted = await self._store.apply_retention(turn.session_id, self._config.retained_message_limit)
-            if deleted:
-                log.info("session %s: %d summarized messages deleted (retained message limit %d)",
-                         turn.session_id, deleted, self._config.retained_message_limit)
         return finished
 
     async def _steps(self, turn: TurnRecord, control: TurnControl) -> TurnRecord:

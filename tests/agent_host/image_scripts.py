@@ -14,3 +14,9 @@ def look_at_images(request: ModelRequest) -> ModelResponse:
         return ModelResponse(tool_calls=[ToolCall(id="call_img", name=tool.name, arguments={"name": "png:5"})])
     seen = [f"{m.role}#{n}:{len(data) if data is not None else 'missing'}" for m, n, data in ScriptedModelClient.images(request)]
     return ModelResponse(text="SAW " + ", ".join(seen))
+
+
+def say_what_it_sees(request: ModelRequest) -> ModelResponse:
+    """Calls no tool: says which images the request shows, with their sizes (`missing`: not loaded)."""
+    seen = [f"{m.role}#{n}:{len(data) if data is not None else 'missing'}" for m, n, data in ScriptedModelClient.images(request)]
+    return ModelResponse(text="SAW " + ", ".join(seen))

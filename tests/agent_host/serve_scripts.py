@@ -33,7 +33,8 @@ def _tool(request: ModelRequest, suffix: str) -> str:
 
 async def flow(request: ModelRequest) -> ModelResponse:
     """`slow S ...`: the first call takes S seconds (none once `<log>.fast` exists); `wait S ...`: a durable_wait of S s;
-    `refund ORDER ...`: a refund (needs approval); `hold GATE ...`: a write held upstream; else an echo."""
+    `refund ORDER ...`: a refund (needs approval); `hold GATE ...`: a write held upstream; `research TOPIC S`: the
+    tasks server's research (a task of S seconds); else an echo."""
     text = ScriptedModelClient.user_texts(request)[-1]
     _record(text, request.model_call)
     words = text.split()
@@ -47,5 +48,7 @@ async def flow(request: ModelRequest) -> ModelResponse:
             return ModelResponse(text="Refunding.", tool_calls=[call(request, 0, _tool(request, "refund"), order=words[1], amount=5)])
         elif words[0] == "hold":
             return ModelResponse(tool_calls=[call(request, 0, _tool(request, "hold_payment"), gate=words[1])])
+        elif words[0] == "research" and len(words) >= 3:
+            return ModelResponse(tool_calls=[call(request, 0, _tool(request, "research"), topic=words[1], seconds=float(words[2]))])
     done = " | ".join(f"{r.tool_name}={r.text[:80]}" for r in results[-1:]) if request.model_call > 1 else ""
     return ModelResponse(text=f"done: {text}" + (f" ({done})" if done else ""))

@@ -154,8 +154,8 @@ async def test_session_ids_are_checked_where_they_enter(tmp_path: Path) -> None:
 
 @pytest.mark.anyio
 async def test_summarized_messages_beyond_the_retained_limit_are_deleted(tmp_path: Path) -> None:
-    assert AgentConfig().retained_message_limit == 1000
-    async with SessionStore(tmp_path / "r.db") as store:
+    assert SessionStore(tmp_path / "unused.db").retained_message_limit == 1000
+    async with SessionStore(tmp_path / "r.db", retained_message_limit=None) as store:
         await store.create_session("scripted", "g", "s")
         turn = await store.start_turn("s", "m0")
         for n in range(1, 12):

@@ -64,15 +64,18 @@ def test_a_cancelled_poll_cancels_its_task_and_cancel_tasks_cancels_open_ones(tm
 
     from agent_host.gateway_client.connection import GatewayConnection
     from agent_host.gateway_client.tasks import HostTasks, TaskCaller
+    from agent_host.store.session_store import SessionStore
 
     with start_http_server("tasks_server", state_dir=tmp_path / "up") as upstream:
         config = write_config(tmp_path, {"upstreams": [http_upstream("t", upstream.url, protocol="handshake")]})
         with start_gateway(config) as gateway:
             post(gateway.url, "tools/list", {}, era=HANDSHAKE)  # ready
-            tasks = HostTasks(tmp_path / "host.db")
-            caller = TaskCaller(GatewayConnection(gateway.url, None), tasks)
-
             async def scenario() -> tuple[str, str]:
+                async with SessionStore(tmp_path / "host.db") as store:
+                    return await cancelled_tasks(TaskCaller(GatewayConnection(gateway.url, None), HostTasks(store)))
+
+            async def cancelled_tasks(caller: TaskCaller) -> tuple[str, str]:
+                tasks = caller.tasks
                 with anyio.move_on_after(2):
                     await caller.call("t__research", {"topic": "slow", "seconds": 60}, "s/t/1")
                 first = await tasks.task_of("s/t/1")
