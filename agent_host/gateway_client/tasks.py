@@ -1,5 +1,10 @@
 """Tools that need a task (`execution.taskSupport: required`), called as MCP tasks (2025-11-25).
 
+Always on the 2025-11-25 era, whatever `--protocol` says: these are the core tasks of 2025-11-25
+(`task` on `tools/call`, `tasks/result`); on 2026-07-28 tasks are an extension (SEP-2663) the SDK
+client does not speak, and its listing carries no `execution`, so only a 2025-11-25 listing names
+task tools at all.
+
 The host sends `tools/call` with a `task` parameter and the call's idempotency key, records the
 task id durably (a small table in the session store's SQLite file) before it polls, polls
 `tasks/get` at the task's pollInterval (its status messages become progress), and reads the end
@@ -30,7 +35,7 @@ from gateway.conventions.keys import IDEMPOTENCY_KEY
 from gateway.conventions.outcomes import AttemptEvent, Interrupted, NotSent, Replied, RpcError
 from gateway.internals import client_raw_request
 
-from .connection import FormAsker, GatewayConnection, GatewayUnavailable, describe
+from .connection import HANDSHAKE, FormAsker, GatewayConnection, GatewayUnavailable, describe
 
 __all__ = ["HostTasks", "TaskCaller"]
 
@@ -102,7 +107,7 @@ class TaskCaller:
             task_id = known[0]
         else:
             try:
-                async with self._connection.session() as client:
+                async with self._connection.session(era=HANDSHAKE) as client:
                     if on_sent is not None:
                         await on_sent()
                     created = await _raw(client, "tools/call", {"name": name, "arguments": arguments,
@@ -132,7 +137,7 @@ class TaskCaller:
         state = _PollState()
         while True:
             try:
-                async with self._connection.session(ask_form) as client:
+                async with self._connection.session(ask_form, era=HANDSHAKE) as client:
                     return await self._poll_session(client, name, key, task_id, on_progress, ask_form is not None, state)
             except MCPError as exc:
                 if exc.error.code == types.INVALID_PARAMS:  # the gateway no longer knows the task
@@ -201,7 +206,7 @@ class TaskCaller:
         if known is None or known[1] in _TERMINAL:
             return False
         try:
-            async with self._connection.session() as client:
+            async with self._connection.session(era=HANDSHAKE) as client:
                 await _raw(client, "tasks/cancel", {"taskId": known[0]})
         except Exception as exc:  # noqa: BLE001 - best effort: the task's TTL ends it anyway
             log.warning("cancelling task %s failed: %s", known[0], describe(exc))

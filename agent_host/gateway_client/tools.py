@@ -31,7 +31,7 @@ from ..domain import texts
 from ..domain.records import CallStatus
 from .cancel_guard import TransportCancelled, outside_transport_cancels
 from .credential import Credential
-from .connection import FormAsker, GatewayConnection, GatewayRefused, GatewayUnavailable, describe
+from .connection import FormAsker, GatewayConnection, GatewayRefused, GatewayUnavailable, Protocol, describe
 from .images import ImageLibrary, ImageReference, block_text, references_in
 from .resources import GatewayResources
 from .reissue import PriorAttempts, give_up, plan_attempts, resolve
@@ -174,9 +174,10 @@ class GatewayToolSource:
         clock: Callable[[], float] = time.time,
         images: ImageLibrary | None = None,
         tasks: HostTasks | None = None,
+        protocol: Protocol = "auto",
     ) -> None:
         self.url = url
-        self._connection = GatewayConnection(url, token, connect_timeout, call_timeout, connect_attempts)
+        self._connection = GatewayConnection(url, token, connect_timeout, call_timeout, connect_attempts, protocol)
         # The gateway's resources and prompts, for the model's mcp_* tools.
         self.resources = GatewayResources(self._connection)
         # Tools that need a task are called as one; their task ids are kept in `tasks` (agent_host/gateway_client/tasks.py).
@@ -277,6 +278,9 @@ class GatewayToolSource:
                 if on_attempt is not None:
                     await on_attempt(attempt)  # counted (committed) before the request leaves
                 exchange.sent = True
+                # On 2026-07-28 an `input_required` answer is not the end: the SDK client asks
+                # `ask_form` (the elicitation callback) and sends the next round itself, with the
+                # gateway's requestState and this same `_meta` (the same idempotency key).
                 exchange.result = await client.call_tool(
                     request.name,
                     request.arguments,

@@ -55,6 +55,7 @@ def serve(args: argparse.Namespace) -> int:
         async with SessionStore(store_target(args.store)) as store:
             library = image_library(store_path(args.store), args.gateway, credential)
             tools = GatewayToolSource(args.gateway, token=credential, call_timeout=args.call_timeout, images=library,
+                                      protocol=args.protocol,
                                       tasks=HostTasks(store_path(args.store)))
             gate = ApprovalGate(store, "api", timeout_seconds=args.approval_timeout, park=True)
             builtins = Builtins(store, None, question_timeout=args.approval_timeout, api_answers=True, park=True)

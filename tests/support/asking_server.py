@@ -11,6 +11,8 @@ HTTP with sessions, the SDK speaks both eras; the questions work only on the han
     ask_name()          asks the user's name (elicitation), answers "hello <name>"
     ask_model(question) asks the client's model (sampling), answers "the model said: <text>"
     echo(text)          answers "echo: <text>" (asks nothing)
+    sign_up()           asks the user's name, then writes it down (one line in the state directory's
+                        executions.jsonl per write, `DEX_EXAMPLE_STATE_DIR`), answers "signed up <name>"
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ _ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(_ROOT), str(_ROOT / "examples" / "servers")]
 
 import mcp_types as types  # noqa: E402
-from example_runtime import build_parser, serve  # noqa: E402
+from example_runtime import EXECUTIONS_FILE, ExecutionLog, build_parser, serve, state_dir  # noqa: E402
 from mcp.server import MCPServer  # noqa: E402
 from mcp.server.mcpserver import Context  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
@@ -58,6 +60,18 @@ async def ask_model(question: str, ctx: Context) -> str:
         max_tokens=50, related_request_id=ctx.request_id)
     content = reply.content
     return f"the model said: {content.text if isinstance(content, types.TextContent) else content}"
+
+
+@app.tool()
+async def sign_up(ctx: Context) -> str:
+    """Ask the user's name, then write it down (a write: counted in executions.jsonl)."""
+    answer = await ctx.elicit("Your name, to sign you up?", Name)
+    if answer.action != "accept" or answer.data is None:
+        return f"not signed up ({answer.action})"
+    key = (ctx.request_context.meta or {}).get("io.superdurable.dex/idempotencyKey")
+    ExecutionLog(state_dir() / EXECUTIONS_FILE, "asking").record("sign_up", key if isinstance(key, str) else None,
+                                                                 {"name": answer.data.name})
+    return f"signed up {answer.data.name}"
 
 
 @app.tool()

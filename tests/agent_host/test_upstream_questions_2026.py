@@ -1,0 +1,150 @@
+"""The host speaks 2026-07-28 to the gateway (issue 24, left item (2)): an upstream's question that
+comes back as an `input_required` result becomes the same session question as a handshake-era
+`elicitation/create`, and the user's answer, decline or deadline goes back as the next round of the
+same request (the gateway's `requestState`, the same idempotency key). So a **stateless** gateway
+carries questions to the host too (docs/agent-host.md "Protocol era").
+
+Real processes: an ordinary SDK server whose tool asks with `ctx.elicit` (tests/support/asking_server.py,
+its write counted in executions.jsonl) and server-everything's elicitation tool, behind a real
+`dex-gateway serve`, and `dex-agent run` with the scripted model, answered over the host's API.
+The asking server is set to `protocol: handshake` on the gateway: its tool asks on its session,
+which a 2026-07-28 caller reaches only through the gateway's parking (docs/interop.md).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.agent_host.host_support import Proc, dex_agent
+from tests.agent_host.test_upstream_questions import APPROVER, SCRIPT, pending
+from tests.support.everything import everything_stdio, require_everything
+from tests.support.gateway import http_upstream, start_gateway, write_config
+from tests.support.processes import spawn_listening, terminate
+from tests.support.servers import REPO_ROOT, STATE_DIR_ENV, free_port, read_executions
+
+pytestmark = pytest.mark.timeout(120)
+
+ASKING = REPO_ROOT / "tests" / "support" / "asking_server.py"
+ENV = {"DEX_APPROVER_TOKEN": "approver-secret"}
+
+
+@contextmanager
+def asking_server(state: Path) -> Iterator[str]:
+    lines: list[str] = []
+    argv = [sys.executable, str(ASKING), "--transport", "http", "--stateful", "--port", "0"]
+    process, url = spawn_listening(argv, cwd=REPO_ROOT, env={**os.environ, STATE_DIR_ENV: str(state)}, name="asking",
+                                   lines=lines, ready_timeout=30)
+    assert url is not None, "the asking server did not start:\n" + "\n".join(lines)
+    try:
+        yield url
+    finally:
+        terminate(process)
+
+
+def _sign_up(tmp_path: Path, *, stateful: bool, protocol: str, decide: dict[str, object]) -> tuple[Proc, list[dict[str, object]]]:
+    """`dex-agent run` calls the asking server's sign_up through the gateway; its question is
+    decided over the host API with `decide`; the run's output and the upstream's executions."""
+    port = free_port()
+    state = tmp_path / "upstream"
+    with asking_server(state) as url:
+        upstream = http_upstream("ask", url, protocol="handshake")
+        config = write_config(tmp_path, {"server": {"stateful": stateful}, "upstreams": [upstream]})
+        with start_gateway(config) as gateway:
+            gateway.wait_for_log("catalog ready", timeout=30)
+            proc = dex_agent("--store", str(tmp_path / "s.db"), "run", "--gateway", gateway.url, "--protocol", protocol,
+                             "--model", SCRIPT, "--yes", "--approvals-port", str(port), "sign_up", env=ENV)
+            try:
+                question = pending(port, proc, "questions")
+                assert question["kind"] == "elicitation" and question["question"] == "Your name, to sign you up?", question
+                assert [(f["name"], f["type"], f["required"]) for f in question["fields"]] == [("name", "string", True)]
+                decided = httpx.post(f"http://127.0.0.1:{port}/questions/{question['id']}", json=decide, headers=APPROVER)
+                assert decided.status_code == 200, decided.text
+                assert proc.finish() == 0, proc.output
+            finally:
+                proc.stop()
+    return proc, read_executions(state, tool="sign_up")
+
+
+@pytest.mark.parametrize(("stateful", "protocol"), [(False, "auto"), (True, "2026-07-28")], ids=["stateless-auto", "stateful-2026"])
+def test_an_input_required_question_is_answered_as_the_next_round(tmp_path: Path, stateful: bool, protocol: str) -> None:
+    proc, executions = _sign_up(tmp_path, stateful=stateful, protocol=protocol, decide={"content": {"name": "Ada"}})
+    assert "RESULTS ask__sign_up=signed up Ada" in proc.output, proc.output
+    # The write ran once, under the call's own idempotency key (kept across the rounds).
+    assert len(executions) == 1, executions
+    key = executions[0]["idempotency_key"]
+    assert isinstance(key, str) and key, executions
+
+
+def test_a_declined_input_required_question_is_sent_as_a_decline(tmp_path: Path) -> None:
+    proc, executions = _sign_up(tmp_path, stateful=False, protocol="2026-07-28", decide={"decline": True})
+    assert "RESULTS ask__sign_up=not signed up (decline)" in proc.output, proc.output
+    assert executions == []
+
+
+@pytest.mark.slow
+def test_a_question_past_its_deadline_is_sent_as_a_cancel(tmp_path: Path) -> None:
+    state = tmp_path / "upstream"
+    with asking_server(state) as url:
+        config = write_config(tmp_path, {"upstreams": [http_upstream("ask", url, protocol="handshake")]})
+        with start_gateway(config) as gateway:
+            gateway.wait_for_log("catalog ready", timeout=30)
+            # Nobody answers: the terminal leaves the question to the API (--approvals-port), and the
+            # API is not called before the deadline.
+            proc = dex_agent("--store", str(tmp_path / "s.db"), "run", "--gateway", gateway.url, "--model", SCRIPT,
+                             "--yes", "--approval-timeout", "1", "--approvals-port", str(free_port()), "sign_up", env=ENV)
+            try:
+                assert proc.finish() == 0, proc.output
+            finally:
+                proc.stop()
+    assert "RESULTS ask__sign_up=not signed up (cancel)" in proc.output, proc.output
+    assert read_executions(state, tool="sign_up") == []
+
+
+def test_server_everything_asks_through_a_stateless_gateway(tmp_path: Path) -> None:
+    """server-everything (handshake only) asks with `elicitation/create`; a stateless gateway parks
+    the call and hands the host `input_required`; the answer over the API reaches the tool."""
+    node = require_everything()
+    config = write_config(tmp_path, {"upstreams": [everything_stdio(node=node)]})
+    port = free_port()
+    with start_gateway(config) as gateway:
+        gateway.wait_for_log("catalog ready", timeout=30)
+        proc = dex_agent("--store", str(tmp_path / "s.db"), "run", "--gateway", gateway.url, "--model", SCRIPT, "--yes",
+                         "--approvals-port", str(port), "trigger-elicitation-request", env=ENV)
+        try:
+            question = pending(port, proc, "questions")
+            assert question["kind"] == "elicitation", question
+            answered = httpx.post(f"http://127.0.0.1:{port}/questions/{question['id']}", json={"content": {"name": "Ada"}},
+                                  headers=APPROVER)
+            assert answered.status_code == 200, answered.text
+            assert proc.finish() == 0, proc.output
+        finally:
+            proc.stop()
+    assert "- Name: Ada" in proc.output.split("RESULTS", 1)[1], proc.output
+
+
+@pytest.mark.slow
+def test_a_handshake_only_host_gets_no_question_through_a_stateless_gateway(tmp_path: Path) -> None:
+    """The other side of the choice: `--protocol 2025-11-25` on a stateless gateway has no session
+    to be asked on, so the tool is told the client can answer nothing, and the call fails at once
+    (no question, no write)."""
+    state = tmp_path / "upstream"
+    with asking_server(state) as url:
+        config = write_config(tmp_path, {"upstreams": [http_upstream("ask", url, protocol="handshake")]})
+        with start_gateway(config) as gateway:
+            gateway.wait_for_log("catalog ready", timeout=30)
+            proc = dex_agent("--store", str(tmp_path / "s.db"), "run", "--gateway", gateway.url, "--protocol", "2025-11-25",
+                             "--model", SCRIPT, "--yes", "sign_up", env=ENV)
+            try:
+                assert proc.finish() == 0, proc.output
+            finally:
+                proc.stop()
+    results = proc.output.split("RESULTS", 1)[1]
+    assert "signed up" not in results.replace("not signed up", ""), proc.output
+    assert read_executions(state, tool="sign_up") == []
