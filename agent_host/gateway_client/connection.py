@@ -23,13 +23,14 @@ handled by `cancel_guard`.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any, Literal, get_args
 
 import httpx2
 import mcp_types as types
 from mcp import Client
+from mcp.client.extension import ClientExtension
 from mcp.client.session import ClientRequestContext, ElicitationFnT
 from mcp.client.streamable_http import streamable_http_client
 
@@ -52,18 +53,24 @@ HANDSHAKE = "2025-11-25"
 FormAsker = Callable[[str, dict[str, Any]], Awaitable[tuple[str, dict[str, Any] | None]]]
 
 
+async def answer_form(ask: FormAsker, params: types.ElicitRequestParams) -> types.ElicitResult:
+    """An upstream's elicitation, answered by the user through `ask`: a form goes to `ask`; a URL
+    request (not offered to the user) is declined."""
+    if not isinstance(params, types.ElicitRequestFormParams):
+        return types.ElicitResult(action="decline")
+    with off_the_request_clock():  # the call's timeout measures the gateway, not the person
+        action, content = await ask(params.message, dict(params.requested_schema))
+    if action == "accept":
+        return types.ElicitResult(action="accept", content=content)
+    return types.ElicitResult(action="decline" if action == "decline" else "cancel")
+
+
 def elicitation_callback(ask: FormAsker) -> ElicitationFnT:
-    """The SDK client's elicitation handler: a form goes to `ask`; a URL request (not offered to
-    the user) is declined."""
+    """The SDK client's elicitation handler (an `elicitation/create` on 2025-11-25, an elicitation
+    in an `input_required` round on 2026-07-28): `answer_form`."""
 
     async def callback(context: ClientRequestContext, params: types.ElicitRequestParams) -> types.ElicitResult:
-        if not isinstance(params, types.ElicitRequestFormParams):
-            return types.ElicitResult(action="decline")
-        with off_the_request_clock():  # the call's timeout measures the gateway, not the person
-            action, content = await ask(params.message, dict(params.requested_schema))
-        if action == "accept":
-            return types.ElicitResult(action="accept", content=content)
-        return types.ElicitResult(action="decline" if action == "decline" else "cancel")
+        return await answer_form(ask, params)
 
     return callback
 
@@ -136,11 +143,13 @@ class GatewayConnection:
         return GatewayRefused(f"the gateway at {self.url} refused the connection {how} (HTTP {status}: {detail}); {fix}")
 
     @asynccontextmanager
-    async def session(self, ask_form: FormAsker | None = None, era: str | None = None) -> AsyncIterator[Client]:
+    async def session(self, ask_form: FormAsker | None = None, era: str | None = None,
+                      extensions: Sequence[ClientExtension] = ()) -> AsyncIterator[Client]:
         """An MCP session (initialized, or discovered on 2026-07-28); GatewayUnavailable when no
         attempt could connect. With `ask_form`, the session declares elicitation (form mode) and
         the gateway's (an upstream's) form questions during its requests go to it, in either era.
-        `era` pins this session's era (`2025-11-25` for the host's 2025-11-25 tasks)."""
+        `era` pins this session's era (`2025-11-25` for the host's 2025-11-25 tasks); `extensions`
+        are the SDK client extensions it declares (on 2026-07-28: the tasks extension of a call)."""
         try:
             token = await self.credential.bearer()
         except CredentialError as exc:
@@ -166,6 +175,7 @@ class GatewayConnection:
                     cache=None,
                     read_timeout_seconds=self.call_timeout,
                     elicitation_callback=callback,
+                    extensions=list(extensions),
                 )
                 try:
                     await stack.enter_async_context(client)

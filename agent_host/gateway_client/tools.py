@@ -32,6 +32,7 @@ from ..domain.records import CallStatus
 from .cancel_guard import TransportCancelled, outside_transport_cancels
 from .credential import Credential
 from .connection import FormAsker, GatewayConnection, GatewayRefused, GatewayUnavailable, Protocol, describe
+from .modern_tasks import TasksExtension
 from .images import ImageLibrary, ImageReference, block_text, references_in
 from .resources import GatewayResources
 from .reissue import PriorAttempts, give_up, plan_attempts, resolve
@@ -274,7 +275,10 @@ class GatewayToolSource:
         exchange = _Exchange()
 
         async def run() -> AttemptEvent:
-            async with self._connection.session(request.ask_form) as client:
+            # On 2026-07-28 the call declares the tasks extension: the gateway may answer it with a
+            # task, which the extension polls to its end (its questions asked like any other).
+            tasks = TasksExtension(request.ask_form, on_progress)
+            async with self._connection.session(request.ask_form, extensions=[tasks]) as client:
                 if on_attempt is not None:
                     await on_attempt(attempt)  # counted (committed) before the request leaves
                 exchange.sent = True

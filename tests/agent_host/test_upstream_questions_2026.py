@@ -27,7 +27,7 @@ from tests.agent_host.test_upstream_questions import APPROVER, SCRIPT, pending
 from tests.support.everything import everything_stdio, require_everything
 from tests.support.gateway import http_upstream, start_gateway, write_config
 from tests.support.processes import spawn_listening, terminate
-from tests.support.servers import REPO_ROOT, STATE_DIR_ENV, free_port, read_executions
+from tests.support.servers import REPO_ROOT, STATE_DIR_ENV, free_port, read_executions, start_http_server
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -148,3 +148,29 @@ def test_a_handshake_only_host_gets_no_question_through_a_stateless_gateway(tmp_
     results = proc.output.split("RESULTS", 1)[1]
     assert "signed up" not in results.replace("not signed up", ""), proc.output
     assert read_executions(state, tool="sign_up") == []
+
+
+def test_a_task_in_input_required_reaches_the_host_through_a_stateless_gateway(tmp_path: Path) -> None:
+    """examples/servers/tasks_server.py's confirm_delete runs as an upstream task (2026-07-28) that
+    goes input_required. The host on 2026-07-28 declares the tasks extension on its call, the
+    gateway answers with a task; the host polls `tasks/get`, the task's question (inlined
+    `inputRequests`) is a session question, the answer goes back with `tasks/update`, and the task
+    deletes, once."""
+    port = free_port()
+    with start_http_server("tasks_server", state_dir=tmp_path / "t") as upstream:
+        config = write_config(tmp_path, {"upstreams": [http_upstream("t", upstream.url, protocol="2026-07-28")]})
+        with start_gateway(config) as gateway:
+            gateway.wait_for_log("catalog ready", timeout=30)
+            proc = dex_agent("--store", str(tmp_path / "s.db"), "run", "--gateway", gateway.url, "--model", SCRIPT, "--yes",
+                             "--approvals-port", str(port), 'confirm_delete {"filename": "a.txt"}', env=ENV)
+            try:
+                question = pending(port, proc, "questions")
+                assert question["kind"] == "elicitation" and question["question"] == "Delete a.txt?", question
+                answered = httpx.post(f"http://127.0.0.1:{port}/questions/{question['id']}", json={"content": {"confirm": True}},
+                                      headers=APPROVER)
+                assert answered.status_code == 200, answered.text
+                assert proc.finish() == 0, proc.output
+            finally:
+                proc.stop()
+    assert "RESULTS t__confirm_delete=deleted a.txt" in proc.output, proc.output
+    assert len(read_executions(tmp_path / "t", tool="confirm_delete")) == 1
