@@ -18,12 +18,12 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
-import httpx
 import pytest
 
 from tests.agent_host.host_support import Proc, dex_agent
-from tests.agent_host.test_upstream_questions import APPROVER, SCRIPT, pending
+from tests.agent_host.test_upstream_questions import SCRIPT, answered_run
 from tests.support.everything import everything_stdio, require_everything
 from tests.support.gateway import http_upstream, start_gateway, write_config
 from tests.support.processes import spawn_listening, terminate
@@ -51,24 +51,17 @@ def asking_server(state: Path) -> Iterator[str]:
 def _sign_up(tmp_path: Path, *, stateful: bool, protocol: str, decide: dict[str, object]) -> tuple[Proc, list[dict[str, object]]]:
     """`dex-agent run` calls the asking server's sign_up through the gateway; its question is
     decided over the host API with `decide`; the run's output and the upstream's executions."""
-    port = free_port()
+    def check(question: dict[str, Any]) -> None:
+        assert question["kind"] == "elicitation" and question["question"] == "Your name, to sign you up?", question
+        assert [(f["name"], f["type"], f["required"]) for f in question["fields"]] == [("name", "string", True)]
+
     state = tmp_path / "upstream"
     with asking_server(state) as url:
         upstream = http_upstream("ask", url, protocol="handshake")
         config = write_config(tmp_path, {"server": {"stateful": stateful}, "upstreams": [upstream]})
         with start_gateway(config) as gateway:
             gateway.wait_for_log("catalog ready", timeout=30)
-            proc = dex_agent("--store", str(tmp_path / "s.db"), "run", "--gateway", gateway.url, "--protocol", protocol,
-                             "--model", SCRIPT, "--yes", "--approvals-port", str(port), "sign_up", env=ENV)
-            try:
-                question = pending(port, proc, "questions")
-                assert question["kind"] == "elicitation" and question["question"] == "Your name, to sign you up?", question
-                assert [(f["name"], f["type"], f["required"]) for f in question["fields"]] == [("name", "string", True)]
-                decided = httpx.post(f"http://127.0.0.1:{port}/questions/{question['id']}", json=decide, headers=APPROVER)
-                assert decided.status_code == 200, decided.text
-                assert proc.finish() == 0, proc.output
-            finally:
-                proc.stop()
+            proc = answered_run(tmp_path / "s.db", gateway.url, "sign_up", decide, "--protocol", protocol, check=check)
     return proc, read_executions(state, tool="sign_up")
 
 
@@ -112,20 +105,9 @@ def test_server_everything_asks_through_a_stateless_gateway(tmp_path: Path) -> N
     the call and hands the host `input_required`; the answer over the API reaches the tool."""
     node = require_everything()
     config = write_config(tmp_path, {"upstreams": [everything_stdio(node=node)]})
-    port = free_port()
     with start_gateway(config) as gateway:
         gateway.wait_for_log("catalog ready", timeout=30)
-        proc = dex_agent("--store", str(tmp_path / "s.db"), "run", "--gateway", gateway.url, "--model", SCRIPT, "--yes",
-                         "--approvals-port", str(port), "trigger-elicitation-request", env=ENV)
-        try:
-            question = pending(port, proc, "questions")
-            assert question["kind"] == "elicitation", question
-            answered = httpx.post(f"http://127.0.0.1:{port}/questions/{question['id']}", json={"content": {"name": "Ada"}},
-                                  headers=APPROVER)
-            assert answered.status_code == 200, answered.text
-            assert proc.finish() == 0, proc.output
-        finally:
-            proc.stop()
+        proc = answered_run(tmp_path / "s.db", gateway.url, "trigger-elicitation-request", {"content": {"name": "Ada"}})
     assert "- Name: Ada" in proc.output.split("RESULTS", 1)[1], proc.output
 
 
@@ -156,21 +138,14 @@ def test_a_task_in_input_required_reaches_the_host_through_a_stateless_gateway(t
     gateway answers with a task; the host polls `tasks/get`, the task's question (inlined
     `inputRequests`) is a session question, the answer goes back with `tasks/update`, and the task
     deletes, once."""
-    port = free_port()
+    def check(question: dict[str, Any]) -> None:
+        assert question["kind"] == "elicitation" and question["question"] == "Delete a.txt?", question
+
     with start_http_server("tasks_server", state_dir=tmp_path / "t") as upstream:
         config = write_config(tmp_path, {"upstreams": [http_upstream("t", upstream.url, protocol="2026-07-28")]})
         with start_gateway(config) as gateway:
             gateway.wait_for_log("catalog ready", timeout=30)
-            proc = dex_agent("--store", str(tmp_path / "s.db"), "run", "--gateway", gateway.url, "--model", SCRIPT, "--yes",
-                             "--approvals-port", str(port), 'confirm_delete {"filename": "a.txt"}', env=ENV)
-            try:
-                question = pending(port, proc, "questions")
-                assert question["kind"] == "elicitation" and question["question"] == "Delete a.txt?", question
-                answered = httpx.post(f"http://127.0.0.1:{port}/questions/{question['id']}", json={"content": {"confirm": True}},
-                                      headers=APPROVER)
-                assert answered.status_code == 200, answered.text
-                assert proc.finish() == 0, proc.output
-            finally:
-                proc.stop()
+            proc = answered_run(tmp_path / "s.db", gateway.url, 'confirm_delete {"filename": "a.txt"}',
+                                {"content": {"confirm": True}}, check=check)
     assert "RESULTS t__confirm_delete=deleted a.txt" in proc.output, proc.output
     assert len(read_executions(tmp_path / "t", tool="confirm_delete")) == 1
