@@ -184,16 +184,17 @@ class GatewayConnection:
                         raise self._refused(statuses.refused, exc) from None
                     last = exc
                     continue
-                if wanted == MODERN and client.protocol_version != MODERN:
-                    raise GatewayUnavailable(
-                        f"the gateway at {self.url} does not offer protocol 2026-07-28 (it answered "
-                        f"{client.protocol_version}); use --protocol auto or 2025-11-25")
-                if era is None and self.protocol == "auto" and self._learnt is None:
-                    self._learnt = HANDSHAKE if statuses.session else MODERN
-                    if self._learnt == MODERN:  # a stateless gateway: this exchange moves too
-                        attempts -= 1
-                        continue
-                yield client
-                return
+                offered = client.protocol_version
+                if wanted != MODERN or offered == MODERN:
+                    if self.protocol == "auto" and self._learnt is None and wanted == HANDSHAKE:
+                        self._learnt = HANDSHAKE if statuses.session else MODERN
+                        if era is None and self._learnt == MODERN:  # a stateless gateway: this exchange moves too
+                            attempts -= 1
+                            continue
+                    yield client
+                    return
+            # Raised once the session is closed (not from inside it, where it would come in a group).
+            raise GatewayUnavailable(f"the gateway at {self.url} does not offer protocol 2026-07-28 (it answered "
+                                     f"{offered}); use --protocol auto or 2025-11-25")
         reason = describe(last) if last is not None else "no attempt"
         raise GatewayUnavailable(f"cannot reach the gateway at {self.url}: {reason}")

@@ -31,7 +31,9 @@ from ..domain import texts
 from ..domain.records import CallStatus
 from .cancel_guard import TransportCancelled, outside_transport_cancels
 from .credential import Credential
-from .connection import FormAsker, GatewayConnection, GatewayRefused, GatewayUnavailable, Protocol, describe
+from .connection import (
+    HANDSHAKE, MODERN, FormAsker, GatewayConnection, GatewayRefused, GatewayUnavailable, Protocol, describe,
+)
 from .modern_tasks import TasksExtension
 from .images import ImageLibrary, ImageReference, block_text, references_in
 from .resources import GatewayResources
@@ -183,7 +185,8 @@ class GatewayToolSource:
         self.resources = GatewayResources(self._connection)
         # Tools that need a task are called as one; their task ids are kept in `tasks` (agent_host/gateway_client/tasks.py).
         self.task_caller = TaskCaller(self._connection, tasks) if tasks is not None else None
-        self._task_tools: set[str] = set()
+        self._task_tools: set[str] = set()  # need a task (2025-11-25: called as one)
+        self._may_be_tasks: set[str] = set()  # may run as a task (2026-07-28: the call declares the extension)
         self._clock = clock
         self._images = images  # keeps the inline images of a gateway without a media store
 
@@ -206,7 +209,9 @@ class GatewayToolSource:
 
     async def _list_all(self, found: Sequence[GatewayTool]) -> list[GatewayTool]:
         tools: list[GatewayTool] = []
-        async with self._connection.session() as client:
+        # Listed on 2025-11-25 whatever the era of calls: only that listing names the tools that
+        # need a task (`execution`; a 2026-07-28 listing has none, the server decides per call).
+        async with self._connection.session(era=HANDSHAKE) as client:
             cursor: str | None = None
             while True:
                 page = await client.list_tools(cursor=cursor)
@@ -216,6 +221,7 @@ class GatewayToolSource:
                     listed = {t.name for t in tools}
                     tools += [t for t in found if t.name not in listed]
                     self._task_tools = {t.name for t in tools if t.task_support == "required"}
+                    self._may_be_tasks = {t.name for t in tools if t.task_support != "forbidden"}
                     return tools
 
     async def call(
@@ -224,13 +230,19 @@ class GatewayToolSource:
         """Call one tool by the re-issue rules (`reissue`); `on_attempt(n)` commits attempt n
         before its request leaves."""
         name, effect, prior = request.name, request.effect, request.prior
-        if self.task_caller is not None and (name in self._task_tools or await self.task_caller.known(request.key)):
+        # On 2025-11-25 a tool that needs a task is called as one (its id kept); on 2026-07-28 a
+        # tool that may run as a task is called declaring the tasks extension (modern_tasks.py),
+        # unless a 2025-11-25 task of this call exists.
+        modern = self._connection.era == MODERN
+        if self.task_caller is not None and (await self.task_caller.known(request.key) or
+                                             (name in self._task_tools and not modern)):
             return await self._call_as_task(request, on_attempt, on_progress)
+        as_task = modern and name in self._may_be_tasks
         plan = plan_attempts(effect, prior, self._clock())
         if not plan.sends:
             return call_result(name, give_up(name, effect, prior), prior.count)
         for attempt in range(plan.first, plan.last + 1):
-            event = await self._attempt(request, attempt, on_attempt, on_progress)
+            event = await self._attempt(request, attempt, on_attempt, on_progress, as_task)
             if isinstance(event, NotSent) and attempt == 1:
                 return CallResult(status=CallStatus.NOT_RUN, text=texts.not_run(event.reason), attempts=0)
             resolved = resolve(name, effect, attempt, plan, event)
@@ -270,15 +282,18 @@ class GatewayToolSource:
         return call_result(request.name, kept, attempt)
 
     async def _attempt(
-        self, request: CallRequest, attempt: int, on_attempt: OnAttempt | None, on_progress: OnProgress | None
+        self, request: CallRequest, attempt: int, on_attempt: OnAttempt | None, on_progress: OnProgress | None,
+        as_task: bool = False,
     ) -> AttemptEvent:
         exchange = _Exchange()
+        # A tool that may run as a task, on 2026-07-28: the call declares the tasks extension; a
+        # task answer is polled to its end by the extension (its questions asked like any other).
+        # Not declared for other calls: a client that takes tasks is answered differently (a
+        # 2026-07-28 upstream's call becomes a provisional task, a handshake-era one is not parked).
+        extensions = [TasksExtension(request.ask_form, on_progress)] if as_task else []
 
         async def run() -> AttemptEvent:
-            # On 2026-07-28 the call declares the tasks extension: the gateway may answer it with a
-            # task, which the extension polls to its end (its questions asked like any other).
-            tasks = TasksExtension(request.ask_form, on_progress)
-            async with self._connection.session(request.ask_form, extensions=[tasks]) as client:
+            async with self._connection.session(request.ask_form, extensions=extensions) as client:
                 if on_attempt is not None:
                     await on_attempt(attempt)  # counted (committed) before the request leaves
                 exchange.sent = True

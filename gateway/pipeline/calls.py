@@ -163,12 +163,9 @@ class CallPipeline:
     def _upstream_may_ask(self, route: ToolRoute, call: ToolCall) -> bool:
         """Whether the tool's upstream may ask the client something with a server-to-client request
         (the handshake era; a 2026-07-28 upstream asks with input_required results itself) in a call
-        that does not run as a task (a client that takes tasks answers the task's questions; a tool
-        that cannot be a task runs as a plain call for it too, and is parked like any)."""
-        if route.upstream is None:
+        that does not run as a task (a client that takes tasks answers the task's questions)."""
+        if route.upstream is None or client_takes_tasks(call.meta):
             return False  # a connector never asks
-        if client_takes_tasks(call.meta) and route.task_support != "forbidden":
-            return False
         upstream = self._upstreams.get(route.upstream)
         return upstream is not None and Era.of(upstream.protocol_version) is Era.HANDSHAKE
 

@@ -22,9 +22,10 @@ from typing import Any
 
 import pytest
 
+from agent_host.gateway_client.connection import GatewayConnection, GatewayUnavailable
 from tests.agent_host.host_support import Proc, dex_agent
 from tests.agent_host.test_upstream_questions import SCRIPT, answered_run
-from tests.support.everything import everything_stdio, require_everything
+from tests.support.everything import everything_http, everything_stdio, require_everything
 from tests.support.gateway import http_upstream, start_gateway, write_config
 from tests.support.processes import spawn_listening, terminate
 from tests.support.servers import REPO_ROOT, STATE_DIR_ENV, free_port, read_executions, start_http_server
@@ -149,3 +150,20 @@ def test_a_task_in_input_required_reaches_the_host_through_a_stateless_gateway(t
                                 {"content": {"confirm": True}}, check=check)
     assert "RESULTS t__confirm_delete=deleted a.txt" in proc.output, proc.output
     assert len(read_executions(tmp_path / "t", tool="confirm_delete")) == 1
+
+
+@pytest.mark.anyio
+async def test_a_server_without_2026_07_28_is_refused_clearly_and_auto_falls_back() -> None:
+    """server-everything over HTTP speaks only the handshake era (and opens sessions): pinned to
+    2026-07-28 the host refuses it in one line naming the choices; `auto` lists its tools on the
+    handshake era."""
+    node = require_everything()
+    with everything_http(node) as url:
+        with pytest.raises(GatewayUnavailable) as refused:
+            async with GatewayConnection(url, None, protocol="2026-07-28", connect_attempts=1).session():
+                pass
+        assert "does not offer protocol 2026-07-28 (it answered 2025-11-25); use --protocol auto or 2025-11-25" in str(refused.value)
+        connection = GatewayConnection(url, None)
+        async with connection.session() as client:
+            assert any(tool.name == "echo" for tool in (await client.list_tools()).tools)
+        assert connection.era == "2025-11-25"
