@@ -2,8 +2,9 @@
 extension, SEP-2663), finished the way the host finishes a 2025-11-25 task.
 
 On 2026-07-28 a listing carries no `execution`: the server decides, per call, whether it runs as a
-task, when the client declares the extension. The host declares it on its tool calls (an SDK
-`ClientExtension` whose claim takes the `resultType: "task"` answer), then polls `tasks/get` at the
+task, when the client declares the extension. The host declares it on calls of tools its
+(2025-11-25) listing marks `taskSupport: required` (an SDK `ClientExtension` whose claim takes the
+`resultType: "task"` answer), then polls `tasks/get` at the
 task's `pollIntervalMs` (status messages become progress), puts each elicitation of an
 `input_required` task to the user as a session question (the same `FormAsker` as every other
 question) and sends the answers with `tasks/update`, and ends with the task's inlined `result`

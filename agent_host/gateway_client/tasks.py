@@ -1,9 +1,8 @@
 """Tools that need a task (`execution.taskSupport: required`), called as MCP tasks (2025-11-25).
 
-Always on the 2025-11-25 era, whatever `--protocol` says: these are the core tasks of 2025-11-25
-(`task` on `tools/call`, `tasks/result`); on 2026-07-28 tasks are an extension (SEP-2663) the SDK
-client does not speak, and its listing carries no `execution`, so only a 2025-11-25 listing names
-task tools at all.
+Always on the 2025-11-25 era: these are the core tasks of 2025-11-25 (`task` on `tools/call`,
+`tasks/result`), used when the host speaks 2025-11-25 to the gateway, and for a call that already
+has such a task. On 2026-07-28 tasks are an extension (SEP-2663): `modern_tasks.py`.
 
 The host sends `tools/call` with a `task` parameter and the call's idempotency key, records the
 task id durably (a small table in the session store's SQLite file) before it polls, polls

@@ -185,8 +185,7 @@ class GatewayToolSource:
         self.resources = GatewayResources(self._connection)
         # Tools that need a task are called as one; their task ids are kept in `tasks` (agent_host/gateway_client/tasks.py).
         self.task_caller = TaskCaller(self._connection, tasks) if tasks is not None else None
-        self._task_tools: set[str] = set()  # need a task (2025-11-25: called as one)
-        self._may_be_tasks: set[str] = set()  # may run as a task (2026-07-28: the call declares the extension)
+        self._task_tools: set[str] = set()  # need a task (`execution.taskSupport: required`)
         self._clock = clock
         self._images = images  # keeps the inline images of a gateway without a media store
 
@@ -221,7 +220,6 @@ class GatewayToolSource:
                     listed = {t.name for t in tools}
                     tools += [t for t in found if t.name not in listed]
                     self._task_tools = {t.name for t in tools if t.task_support == "required"}
-                    self._may_be_tasks = {t.name for t in tools if t.task_support != "forbidden"}
                     return tools
 
     async def call(
@@ -230,14 +228,13 @@ class GatewayToolSource:
         """Call one tool by the re-issue rules (`reissue`); `on_attempt(n)` commits attempt n
         before its request leaves."""
         name, effect, prior = request.name, request.effect, request.prior
-        # On 2025-11-25 a tool that needs a task is called as one (its id kept); on 2026-07-28 a
-        # tool that may run as a task is called declaring the tasks extension (modern_tasks.py),
-        # unless a 2025-11-25 task of this call exists.
+        # A tool that needs a task: on 2025-11-25 called as one (its id kept); on 2026-07-28 called
+        # declaring the tasks extension (modern_tasks.py), unless a 2025-11-25 task of it exists.
         modern = self._connection.era == MODERN
         if self.task_caller is not None and (await self.task_caller.known(request.key) or
                                              (name in self._task_tools and not modern)):
             return await self._call_as_task(request, on_attempt, on_progress)
-        as_task = modern and name in self._may_be_tasks
+        as_task = modern and name in self._task_tools
         plan = plan_attempts(effect, prior, self._clock())
         if not plan.sends:
             return call_result(name, give_up(name, effect, prior), prior.count)
@@ -286,9 +283,9 @@ class GatewayToolSource:
         as_task: bool = False,
     ) -> AttemptEvent:
         exchange = _Exchange()
-        # A tool that may run as a task, on 2026-07-28: the call declares the tasks extension; a
-        # task answer is polled to its end by the extension (its questions asked like any other).
-        # Not declared for other calls: a client that takes tasks is answered differently (a
+        # A tool that needs a task, on 2026-07-28: the call declares the tasks extension; a task
+        # answer is polled to its end by the extension (its questions asked like any other). Not
+        # declared for other calls: a client that takes tasks is answered differently (a
         # 2026-07-28 upstream's call becomes a provisional task, a handshake-era one is not parked).
         extensions = [TasksExtension(request.ask_form, on_progress)] if as_task else []
 
