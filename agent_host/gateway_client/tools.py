@@ -230,16 +230,14 @@ class GatewayToolSource:
         name, effect, prior = request.name, request.effect, request.prior
         # A tool that needs a task: on 2025-11-25 called as one (its id kept); on 2026-07-28 called
         # declaring the tasks extension (modern_tasks.py), unless a 2025-11-25 task of it exists.
-        modern = self._connection.era == MODERN
         if self.task_caller is not None and (await self.task_caller.known(request.key) or
-                                             (name in self._task_tools and not modern)):
+                                             (name in self._task_tools and self._connection.era != MODERN)):
             return await self._call_as_task(request, on_attempt, on_progress)
-        as_task = modern and name in self._task_tools
         plan = plan_attempts(effect, prior, self._clock())
         if not plan.sends:
             return call_result(name, give_up(name, effect, prior), prior.count)
         for attempt in range(plan.first, plan.last + 1):
-            event = await self._attempt(request, attempt, on_attempt, on_progress, as_task)
+            event = await self._attempt(request, attempt, on_attempt, on_progress)
             if isinstance(event, NotSent) and attempt == 1:
                 return CallResult(status=CallStatus.NOT_RUN, text=texts.not_run(event.reason), attempts=0)
             resolved = resolve(name, effect, attempt, plan, event)
@@ -279,14 +277,14 @@ class GatewayToolSource:
         return call_result(request.name, kept, attempt)
 
     async def _attempt(
-        self, request: CallRequest, attempt: int, on_attempt: OnAttempt | None, on_progress: OnProgress | None,
-        as_task: bool = False,
+        self, request: CallRequest, attempt: int, on_attempt: OnAttempt | None, on_progress: OnProgress | None
     ) -> AttemptEvent:
         exchange = _Exchange()
         # A tool that needs a task, on 2026-07-28: the call declares the tasks extension; a task
         # answer is polled to its end by the extension (its questions asked like any other). Not
         # declared for other calls: a client that takes tasks is answered differently (a
         # 2026-07-28 upstream's call becomes a provisional task, a handshake-era one is not parked).
+        as_task = self._connection.era == MODERN and request.name in self._task_tools
         extensions = [TasksExtension(request.ask_form, on_progress)] if as_task else []
 
         async def run() -> AttemptEvent:
