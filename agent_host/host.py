@@ -146,6 +146,7 @@ async def open_host(args: argparse.Namespace, console: Console, setting_changes:
         gate = ApprovalGate(store, mode, prompter=console, timeout_seconds=args.approval_timeout, on_card=console.approval_card)
         library = image_library(store, store_path(args.store), args.gateway, credential)
         tools = GatewayToolSource(args.gateway, token=credential, call_timeout=args.call_timeout, images=library,
+                                  protocol=args.protocol,
                                   tasks=HostTasks(store))
         builtins = Builtins(store, ConsoleQuestioner(console), question_timeout=args.approval_timeout, api_answers=api is not None,
                             resources=tools.resources)

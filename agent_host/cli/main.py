@@ -20,7 +20,7 @@ from ..approvals.gate import DEFAULT_APPROVAL_TIMEOUT_SECONDS
 from ..domain.cards import parse_deadline
 from ..domain.session_ids import check_session_id
 from ..domain.credentials import RemovedFlag, add_approver_token_args, add_issuer_args, add_token_args
-from ..gateway_client.connection import describe
+from ..gateway_client.connection import PROTOCOLS, describe
 from . import admin as cli_admin
 from . import chat as cli_chat
 from . import login as cli_login
@@ -105,6 +105,7 @@ def _parser() -> argparse.ArgumentParser:
                                          "turns driven (and resumed) by itself")
     _store_arg(serve)
     serve.add_argument("--gateway", default=os.environ.get(GATEWAY_ENV, DEFAULT_GATEWAY), help=f"gateway MCP URL (default ${GATEWAY_ENV} or {DEFAULT_GATEWAY})")
+    _protocol_arg(serve)
     serve.add_argument("--port", type=int, default=8790, help="the API and page on 127.0.0.1:PORT (default 8790)")
     serve.add_argument("--model", default=None, help="the default model of new sessions: scripted | scripted:module:function | openai:<model>")
     serve.add_argument("--openai-base-url", help="OpenAI-compatible base URL (as for chat)")
@@ -209,9 +210,16 @@ def _store_arg(parser: argparse.ArgumentParser, default: object = argparse.SUPPR
     parser.add_argument("--store", default=default, help="session store: a SQLite file or postgresql://...?schema=NAME (default $DEX_AGENT_STORE or var/dex-agent.db)")
 
 
+def _protocol_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--protocol", choices=PROTOCOLS, default="auto",
+                        help="the MCP era spoken to the gateway: auto (default: 2025-11-25 on a stateful gateway, "
+                             "2026-07-28 on a stateless one), 2026-07-28, or 2025-11-25")
+
+
 def _agent_args(parser: argparse.ArgumentParser, demo: bool = False) -> None:
     _store_arg(parser)
     parser.add_argument("--gateway", default=os.environ.get(GATEWAY_ENV, DEFAULT_GATEWAY), help=f"gateway MCP URL (default ${GATEWAY_ENV} or {DEFAULT_GATEWAY})")
+    _protocol_arg(parser)
     add_token_args(parser)
     add_issuer_args(parser)
     parser.add_argument("--model", default=None,

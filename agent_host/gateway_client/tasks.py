@@ -1,5 +1,9 @@
 """Tools that need a task (`execution.taskSupport: required`), called as MCP tasks (2025-11-25).
 
+Always on the 2025-11-25 era: these are the core tasks of 2025-11-25 (`task` on `tools/call`,
+`tasks/result`), used when the host speaks 2025-11-25 to the gateway, and for a call that already
+has such a task. On 2026-07-28 tasks are an extension (SEP-2663): `modern_tasks.py`.
+
 The host sends `tools/call` with a `task` parameter and the call's idempotency key, records the
 task id durably (`host_tasks` in the session store, SQLite or PostgreSQL) before it polls, polls
 `tasks/get` at the task's pollInterval (its status messages become progress), and reads the end
@@ -30,7 +34,7 @@ from gateway.internals import client_raw_request
 from ..domain.parking import TurnParked
 from ..domain.records import OPEN_TASK_STATUSES
 from ..store.session_store import SessionStore
-from .connection import FormAsker, GatewayConnection, GatewayUnavailable, describe
+from .connection import HANDSHAKE, FormAsker, GatewayConnection, GatewayUnavailable, describe
 
 __all__ = ["HostTasks", "TaskCaller", "TaskStatus"]
 
@@ -114,7 +118,7 @@ class TaskCaller:
             task_id = known[0]
         else:
             try:
-                async with self._connection.session() as client:
+                async with self._connection.session(era=HANDSHAKE) as client:
                     if on_sent is not None:
                         await on_sent()
                     created = await _raw(client, "tools/call", {"name": name, "arguments": arguments,
@@ -144,7 +148,7 @@ class TaskCaller:
         state = _PollState()
         while True:
             try:
-                async with self._connection.session(ask_form) as client:
+                async with self._connection.session(ask_form, era=HANDSHAKE) as client:
                     outcome = await self._poll_session(client, name, key, task_id, on_progress, ask_form is not None, state)
                 if outcome is None:  # runs by itself (recorded): the service polls it, the turn is parked
                     raise TurnParked(f"upstream task {task_id}", None)
@@ -237,7 +241,7 @@ class TaskCaller:
         if known is None or known[1] in _TERMINAL:
             return False
         try:
-            async with self._connection.session() as client:
+            async with self._connection.session(era=HANDSHAKE) as client:
                 await _raw(client, "tasks/cancel", {"taskId": known[0]})
         except Exception as exc:  # noqa: BLE001 - best effort: the task's TTL ends it anyway
             log.warning("cancelling task %s failed: %s", known[0], describe(exc))

@@ -32,7 +32,10 @@ from ..domain import texts
 from ..domain.records import CallStatus
 from .cancel_guard import TransportCancelled, outside_transport_cancels
 from .credential import Credential
-from .connection import FormAsker, GatewayConnection, GatewayRefused, GatewayUnavailable, describe
+from .connection import (
+    HANDSHAKE, MODERN, FormAsker, GatewayConnection, GatewayRefused, GatewayUnavailable, Protocol, describe,
+)
+from .modern_tasks import TasksExtension
 from .images import ImageLibrary, ImageReference, block_text, references_in
 from .resources import GatewayResources
 from .reissue import PriorAttempts, give_up, plan_attempts, resolve
@@ -176,15 +179,16 @@ class GatewayToolSource:
         images: ImageLibrary | None = None,
         tasks: HostTasks | None = None,
         park_tasks: bool = False,
+        protocol: Protocol = "auto",
     ) -> None:
         self.url = url
-        self._connection = GatewayConnection(url, token, connect_timeout, call_timeout, connect_attempts)
+        self._connection = GatewayConnection(url, token, connect_timeout, call_timeout, connect_attempts, protocol)
         # The gateway's resources and prompts, for the model's mcp_* tools.
         self.resources = GatewayResources(self._connection)
         # Tools that need a task are called as one; their task ids are kept in `tasks` (agent_host/gateway_client/tasks.py).
         # `park_tasks` (`dex-agent serve`): a running task parks its turn (the service polls it).
         self.task_caller = TaskCaller(self._connection, tasks, park=park_tasks) if tasks is not None else None
-        self._task_tools: set[str] = set()
+        self._task_tools: set[str] = set()  # need a task (`execution.taskSupport: required`)
         self._clock = clock
         self._images = images  # keeps the inline images of a gateway without a media store
 
@@ -207,7 +211,9 @@ class GatewayToolSource:
 
     async def _list_all(self, found: Sequence[GatewayTool]) -> list[GatewayTool]:
         tools: list[GatewayTool] = []
-        async with self._connection.session() as client:
+        # Listed on 2025-11-25 whatever the era of calls: only that listing names the tools that
+        # need a task (`execution`; a 2026-07-28 listing has none, the server decides per call).
+        async with self._connection.session(era=HANDSHAKE) as client:
             cursor: str | None = None
             while True:
                 page = await client.list_tools(cursor=cursor)
@@ -225,7 +231,10 @@ class GatewayToolSource:
         """Call one tool by the re-issue rules (`reissue`); `on_attempt(n)` commits attempt n
         before its request leaves."""
         name, effect, prior = request.name, request.effect, request.prior
-        if self.task_caller is not None and (name in self._task_tools or await self.task_caller.known(request.key)):
+        # A tool that needs a task: on 2025-11-25 called as one (its id kept); on 2026-07-28 called
+        # declaring the tasks extension (modern_tasks.py), unless a 2025-11-25 task of it exists.
+        if self.task_caller is not None and (await self.task_caller.known(request.key) or
+                                             (name in self._task_tools and self._connection.era != MODERN)):
             return await self._call_as_task(request, on_attempt, on_progress)
         plan = plan_attempts(effect, prior, self._clock())
         if not plan.sends:
@@ -274,12 +283,21 @@ class GatewayToolSource:
         self, request: CallRequest, attempt: int, on_attempt: OnAttempt | None, on_progress: OnProgress | None
     ) -> AttemptEvent:
         exchange = _Exchange()
+        # A tool that needs a task, on 2026-07-28: the call declares the tasks extension; a task
+        # answer is polled to its end by the extension (its questions asked like any other). Not
+        # declared for other calls: a client that takes tasks is answered differently (a
+        # 2026-07-28 upstream's call becomes a provisional task, a handshake-era one is not parked).
+        as_task = self._connection.era == MODERN and request.name in self._task_tools
+        extensions = [TasksExtension(request.ask_form, on_progress)] if as_task else []
 
         async def run() -> AttemptEvent:
-            async with self._connection.session(request.ask_form) as client:
+            async with self._connection.session(request.ask_form, extensions=extensions) as client:
                 if on_attempt is not None:
                     await on_attempt(attempt)  # counted (committed) before the request leaves
                 exchange.sent = True
+                # On 2026-07-28 an `input_required` answer is not the end: the SDK client asks
+                # `ask_form` (the elicitation callback) and sends the next round itself, with the
+                # gateway's requestState and this same `_meta` (the same idempotency key).
                 exchange.result = await client.call_tool(
                     request.name,
                     request.arguments,

@@ -57,6 +57,7 @@ def serve(args: argparse.Namespace) -> int:
         async with SessionStore(store_target(args.store)) as store:
             library = image_library(store, store_path(args.store), args.gateway, credential)
             tools = GatewayToolSource(args.gateway, token=credential, call_timeout=args.call_timeout, images=library,
+                                      protocol=args.protocol,
                                       tasks=HostTasks(store), park_tasks=True)
             assert tools.task_caller is not None
             gate = ApprovalGate(store, "api", timeout_seconds=args.approval_timeout, park=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,24 @@ def pending(port: int, proc: Proc, what: str) -> dict[str, Any]:
         except httpx.HTTPError:
             pass
         time.sleep(0.05)
+
+
+def answered_run(store: Path, gateway_url: str, message: str, decide: dict[str, Any], *more: str,
+                 check: Callable[[dict[str, Any]], None] = lambda question: None) -> Proc:
+    """`dex-agent run MESSAGE` (auto-approved, the host API on a free port) whose first session
+    question is `check`ed, then decided over the API with `decide`; the finished run."""
+    port = free_port()
+    proc = dex_agent("--store", str(store), "run", "--gateway", gateway_url, "--model", SCRIPT, "--yes",
+                     "--approvals-port", str(port), *more, message, env={"DEX_APPROVER_TOKEN": "approver-secret"})
+    try:
+        question = pending(port, proc, "questions")
+        check(question)
+        decided = httpx.post(f"http://127.0.0.1:{port}/questions/{question['id']}", json=decide, headers=APPROVER)
+        assert decided.status_code == 200, decided.text
+        assert proc.finish() == 0, proc.output
+    finally:
+        proc.stop()
+    return proc
 
 
 def test_an_upstream_elicitation_is_a_session_question_answered_over_the_api(tmp_path: Path) -> None:
@@ -198,21 +217,10 @@ def test_a_question_outlasts_the_call_timeout(tmp_path: Path) -> None:
     waits (answered here after 2.5 s with --call-timeout 1)."""
     node = require_everything()
     config = write_config(tmp_path, {"server": {"stateful": True}, "upstreams": [everything_stdio(node=node)]})
-    port = free_port()
     with start_gateway(config) as gateway:
         gateway.wait_for_log("catalog ready", timeout=30)
-        proc = dex_agent("--store", str(tmp_path / "s.db"), "run", "--gateway", gateway.url, "--model", SCRIPT, "--yes",
-                         "--call-timeout", "1", "--approvals-port", str(port), "trigger-elicitation-request",
-                         env={"DEX_APPROVER_TOKEN": "approver-secret"})
-        try:
-            question = pending(port, proc, "questions")
-            time.sleep(2.5)
-            answered = httpx.post(f"http://127.0.0.1:{port}/questions/{question['id']}", json={"content": {"name": "Ada"}},
-                                  headers=APPROVER)
-            assert answered.status_code == 200, answered.text
-            assert proc.finish() == 0, proc.output
-        finally:
-            proc.stop()
+        proc = answered_run(tmp_path / "s.db", gateway.url, "trigger-elicitation-request", {"content": {"name": "Ada"}},
+                            "--call-timeout", "1", check=lambda question: time.sleep(2.5))
     assert "- Name: Ada" in proc.output.split("RESULTS", 1)[1], proc.output
 
 

@@ -15,6 +15,8 @@ HTTP with sessions, the SDK speaks both eras; the questions work only on the han
     refuse()            refuses the request (JSON-RPC -32600 "not today"), asking nothing
     sign_guestbook()    a non-idempotent write that asks the name (elicitation), then writes it:
                         answers "signed by <name> (entry <n>)", n counting this process's writes
+    sign_up()           asks the user's name, then writes it down (one line in the state directory's
+                        executions.jsonl per write, `DEX_EXAMPLE_STATE_DIR`), answers "signed up <name>"
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ _ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(_ROOT), str(_ROOT / "examples" / "servers")]
 
 import mcp_types as types  # noqa: E402
-from example_runtime import build_parser, serve  # noqa: E402
+from example_runtime import EXECUTIONS_FILE, ExecutionLog, build_parser, serve, state_dir  # noqa: E402
 from mcp.server import MCPServer  # noqa: E402
 from mcp.server.mcpserver import Context  # noqa: E402
 from mcp.shared.exceptions import MCPError  # noqa: E402
@@ -92,6 +94,18 @@ async def sign_guestbook(ctx: Context) -> str:
 async def refuse() -> str:
     """Refuse the request (an error that is not about asking)."""
     raise MCPError(INVALID_REQUEST, "not today")
+
+
+@app.tool()
+async def sign_up(ctx: Context) -> str:
+    """Ask the user's name, then write it down (a write: counted in executions.jsonl)."""
+    answer = await ctx.elicit("Your name, to sign you up?", Name)
+    if answer.action != "accept" or answer.data is None:
+        return f"not signed up ({answer.action})"
+    key = (ctx.request_context.meta or {}).get("io.superdurable.dex/idempotencyKey")
+    ExecutionLog(state_dir() / EXECUTIONS_FILE, "asking").record("sign_up", key if isinstance(key, str) else None,
+                                                                 {"name": answer.data.name})
+    return f"signed up {answer.data.name}"
 
 
 @app.tool()
