@@ -1,0 +1,108 @@
+"""Group commit: writes that arrive while one is being committed share the next commit.
+
+A caller that finds no commit under way commits its own write at once (no added latency when
+calls come one at a time). Writes that arrive meanwhile queue; when a commit ends, the first
+queued caller takes every queued write (up to `max_items`) into one statement, one transaction,
+one WAL flush, and so on. Each caller is released only when the commit carrying its write has
+returned: a write is acknowledged after it is durable, exactly as if it had been committed alone.
+
+A failed commit fails every write it carried with the same exception (nothing of it was
+committed: one statement is one transaction); each caller handles it as its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Hashable, Sequence
+from typing import Generic, TypeVar
+
+import anyio
+
+I = TypeVar("I")
+R = TypeVar("R")
+
+
+class _Waiter(Generic[I, R]):
+    __slots__ = ("item", "key", "done", "lead", "result", "error")
+
+    def __init__(self, item: I, key: Hashable) -> None:
+        self.item = item
+        self.key = key
+        self.done = anyio.Event()
+        self.lead = False  # woken to commit the next group rather than with a result
+        self.result: R | None = None
+        self.error: BaseException | None = None
+
+
+class GroupCommit(Generic[I, R]):
+    def __init__(
+        self,
+        commit: Callable[[Sequence[I]], Awaitable[Sequence[R]]],
+        *,
+        key: Callable[[I], Hashable],
+        max_items: int = 64,
+    ) -> None:
+        """`commit(items)` writes every item in one transaction and returns one result per item,
+        in order. Two items with the same `key` never go in one commit (the later waits for the
+        next), so each row is written at most once per statement."""
+        self._commit = commit
+        self._key = key
+        self._max_items = max_items
+        self._queue: list[_Waiter[I, R]] = []
+        self._busy = False
+
+    async def submit(self, item: I) -> R:
+        # Shielded: once queued, a write is committed (or fails) whoever cancels its caller, and
+        # a caller chosen to lead the next commit does lead it.
+        with anyio.CancelScope(shield=True):
+            me: _Waiter[I, R] = _Waiter(item, self._key(item))
+            self._queue.append(me)
+            if self._busy:
+                await me.done.wait()
+                if not me.lead:
+                    return self._outcome(me)
+            self._busy = True
+            try:
+                await self._commit_next()
+            finally:
+                self._hand_over()
+            return self._outcome(me)
+
+    def _take(self) -> list[_Waiter[I, R]]:
+        group: list[_Waiter[I, R]] = []
+        keys: set[Hashable] = set()
+        rest: list[_Waiter[I, R]] = []
+        for w in self._queue:
+            if len(group) < self._max_items and w.key not in keys:
+                keys.add(w.key)
+                group.append(w)
+            else:
+                rest.append(w)
+        self._queue = rest
+        return group
+
+    async def _commit_next(self) -> None:
+        group = self._take()
+        try:
+            results = await self._commit([w.item for w in group])
+        except BaseException as exc:  # every write of the group fails with it
+            for w in group:
+                w.error = exc
+                w.done.set()
+            return
+        for w, result in zip(group, results, strict=True):
+            w.result = result
+            w.done.set()
+
+    def _hand_over(self) -> None:
+        if self._queue:
+            nxt = self._queue[0]
+            nxt.lead = True
+            nxt.done.set()
+        else:
+            self._busy = False
+
+    @staticmethod
+    def _outcome(w: _Waiter[I, R]) -> R:
+        if w.error is not None:
+            raise w.error
+        return w.result  # type: ignore[return-value]  # set with done when no error
