@@ -16,21 +16,30 @@ pytestmark = pytest.mark.anyio
 
 
 class Recorder:
-    """A commit that takes a while and remembers each group it was given."""
+    """A commit that takes a while and remembers each group it was given and how many commits
+    were under way at once."""
 
     def __init__(self, fail_first: bool = False) -> None:
         self.groups: list[list[str]] = []
         self.fail_first = fail_first
+        self.running = 0
+        self.most_running = 0
 
     async def __call__(self, items: Sequence[str]) -> list[str]:
         self.groups.append(list(items))
-        await anyio.sleep(0.01)
-        if self.fail_first and len(self.groups) == 1:
+        fail = self.fail_first and len(self.groups) == 1
+        self.running += 1
+        self.most_running = max(self.most_running, self.running)
+        try:
+            await anyio.sleep(0.02)
+        finally:
+            self.running -= 1
+        if fail:
             raise OSError("connection lost")
         return [f"{item}!" for item in items]
 
 
-async def test_a_lone_write_commits_at_once_and_concurrent_ones_share_commits() -> None:
+async def test_writes_ready_together_share_one_commit_each_gets_its_own_result() -> None:
     commit = Recorder()
     group: GroupCommit[str, str] = GroupCommit(commit, key=lambda s: s)
     assert await group.submit("solo") == "solo!"
@@ -44,8 +53,20 @@ async def test_a_lone_write_commits_at_once_and_concurrent_ones_share_commits() 
         for n in range(20):
             tg.start_soon(one, f"w{n}")
     assert results == {f"w{n}": f"w{n}!" for n in range(20)}
-    # The first write commits alone; the 19 that arrived meanwhile share the next commit.
-    assert commit.groups[1:] == [["w0"], [f"w{n}" for n in range(1, 20)]]
+    assert commit.groups[1:] == [[f"w{n}" for n in range(20)]]
+
+
+async def test_a_later_write_does_not_wait_for_the_commit_under_way() -> None:
+    commit = Recorder()
+    group: GroupCommit[str, str] = GroupCommit(commit, key=lambda s: s)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(group.submit, "first")
+        await anyio.sleep(0.005)  # "first" is being committed
+        with anyio.fail_after(0.015):  # sooner than the 20 ms "first" takes, plus its own 20 ms
+            tg.start_soon(group.submit, "second")
+            await anyio.sleep(0.001)
+            assert commit.running == 2
+    assert commit.groups == [["first"], ["second"]] and commit.most_running == 2
 
 
 async def test_the_same_key_never_twice_in_one_commit_and_max_items() -> None:
@@ -54,7 +75,7 @@ async def test_the_same_key_never_twice_in_one_commit_and_max_items() -> None:
     async with anyio.create_task_group() as tg:
         for item in ["a1", "a2", "b1", "c1", "d1", "a3"]:
             tg.start_soon(group.submit, item)
-    assert commit.groups == [["a1"], ["a2", "b1", "c1"], ["d1", "a3"]]
+    assert commit.groups == [["a1", "b1", "c1"], ["a2", "d1"], ["a3"]]
 
 
 async def test_a_failed_commit_fails_each_of_its_writes_and_the_next_group_goes_on() -> None:
@@ -69,20 +90,20 @@ async def test_a_failed_commit_fails_each_of_its_writes_and_the_next_group_goes_
             outcomes[item] = str(exc)
 
     async with anyio.create_task_group() as tg:
-        for item in ["x", "y", "z"]:
+        for item in ["x", "y"]:
             tg.start_soon(one, item)
-    assert outcomes == {"x": "connection lost", "y": "y!", "z": "z!"}
+        await anyio.sleep(0.005)
+        tg.start_soon(one, "z")
+    assert commit.groups == [["x", "y"], ["z"]]
+    assert outcomes == {"x": "connection lost", "y": "connection lost", "z": "z!"}
 
 
 async def test_a_cancelled_caller_still_gets_its_write_committed() -> None:
     commit = Recorder()
     group: GroupCommit[str, str] = GroupCommit(commit, key=lambda s: s)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(group.submit, "first")
-        await anyio.sleep(0)
-        with anyio.move_on_after(0.001):
-            await group.submit("cancelled")
-    assert commit.groups == [["first"], ["cancelled"]]
+    with anyio.move_on_after(0.001):
+        await group.submit("cancelled")
+    assert commit.groups == [["cancelled"]] and commit.running == 0
 
 
 async def test_postgres_finishes_sharing_a_commit_keep_each_compare_and_set(pg_url: str) -> None:

@@ -1,9 +1,11 @@
-"""Group commit: writes that arrive while one is being committed share the next commit.
+"""Group commit: writes that become ready together share one commit.
 
-A caller that finds no commit under way commits its own write at once (no added latency when
-calls come one at a time). Writes that arrive meanwhile queue; when a commit ends, the first
-queued caller takes every queued write (up to `max_items`) into one statement, one transaction,
-one WAL flush, and so on. Each caller is released only when the commit carrying its write has
+The first write to arrive waits one pass of the event loop; every write submitted in that same
+pass (typically the finishes of calls whose answers, or whose claims' commits, came back in one
+read of the sockets) joins it, and the group is committed as one statement, one transaction, one
+WAL flush. A write that arrives later starts a group of its own at once, without waiting for the
+commit under way: commits still overlap, so the database's own flush sharing between
+connections keeps working. Each caller is released only when the commit carrying its write has
 returned: a write is acknowledged after it is durable, exactly as if it had been committed alone.
 
 A failed commit fails every write it carried with the same exception (nothing of it was
@@ -16,6 +18,7 @@ from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import Generic, TypeVar
 
 import anyio
+import anyio.lowlevel
 
 I = TypeVar("I")
 R = TypeVar("R")
@@ -28,7 +31,7 @@ class _Waiter(Generic[I, R]):
         self.item = item
         self.key = key
         self.done = anyio.Event()
-        self.lead = False  # woken to commit the next group rather than with a result
+        self.lead = False  # woken to gather and commit the next group rather than with a result
         self.result: R | None = None
         self.error: BaseException | None = None
 
@@ -42,29 +45,29 @@ class GroupCommit(Generic[I, R]):
         max_items: int = 64,
     ) -> None:
         """`commit(items)` writes every item in one transaction and returns one result per item,
-        in order. Two items with the same `key` never go in one commit (the later waits for the
-        next), so each row is written at most once per statement."""
+        in order. Two items with the same `key` never go in one commit (the later one goes in the
+        next group), so each row is written at most once per statement."""
         self._commit = commit
         self._key = key
         self._max_items = max_items
         self._queue: list[_Waiter[I, R]] = []
-        self._busy = False
+        self._gathering = False
 
     async def submit(self, item: I) -> R:
         # Shielded: once queued, a write is committed (or fails) whoever cancels its caller, and
-        # a caller chosen to lead the next commit does lead it.
+        # a caller chosen to gather the next group does gather it.
         with anyio.CancelScope(shield=True):
             me: _Waiter[I, R] = _Waiter(item, self._key(item))
             self._queue.append(me)
-            if self._busy:
+            if self._gathering:
                 await me.done.wait()
                 if not me.lead:
                     return self._outcome(me)
-            self._busy = True
-            try:
-                await self._commit_next()
-            finally:
-                self._hand_over()
+            self._gathering = True
+            await anyio.lowlevel.checkpoint()  # the writes ready in this pass of the loop join
+            group = self._take()
+            self._hand_over()
+            await self._commit_group(group)
             return self._outcome(me)
 
     def _take(self) -> list[_Waiter[I, R]]:
@@ -80,8 +83,17 @@ class GroupCommit(Generic[I, R]):
         self._queue = rest
         return group
 
-    async def _commit_next(self) -> None:
-        group = self._take()
+    def _hand_over(self) -> None:
+        """Writes left over (a key twice, or past `max_items`): the first one gathers the next
+        group now; else the next write to arrive does."""
+        if self._queue:
+            nxt = self._queue[0]
+            nxt.lead = True
+            nxt.done.set()
+        else:
+            self._gathering = False
+
+    async def _commit_group(self, group: list[_Waiter[I, R]]) -> None:
         try:
             results = await self._commit([w.item for w in group])
         except BaseException as exc:  # every write of the group fails with it
@@ -92,14 +104,6 @@ class GroupCommit(Generic[I, R]):
         for w, result in zip(group, results, strict=True):
             w.result = result
             w.done.set()
-
-    def _hand_over(self) -> None:
-        if self._queue:
-            nxt = self._queue[0]
-            nxt.lead = True
-            nxt.done.set()
-        else:
-            self._busy = False
 
     @staticmethod
     def _outcome(w: _Waiter[I, R]) -> R:

@@ -12,8 +12,15 @@ Each operation is one statement, atomic at READ COMMITTED: the conditional UPDAT
 re-checks its WHERE clause on the latest row version, which is the compare-and-set.
 
 One round trip each: the claim is one statement (insert, or else read the row there), and the
-pool skips asyncpg's reset query on release (gateway/storage/database.py). Every write commits
-synchronously: a finished answer acknowledged to the pipeline survives a PostgreSQL crash too.
+pool skips asyncpg's reset query on release (gateway/storage/database.py). asyncpg prepares each
+statement once per connection and reuses it (its statement cache), so a call sends no SQL text
+to parse. Every write commits synchronously: a finished answer acknowledged to the pipeline
+survives a PostgreSQL crash too.
+
+Group commit (`group_commit=True`, the default): finishes that become ready in the same pass of
+the event loop go together in one UPDATE ... FROM unnest(...) (one transaction, one WAL flush),
+and each caller is answered only once that commit returned (group_commit.py). A lone finish is
+the plain one-row UPDATE.
 """
 
 from __future__ import annotations
@@ -65,7 +72,7 @@ class PostgresFenceStore:
     )
     def __init__(self, database: Database, *, owns_database: bool = False, group_commit: bool = True) -> None:
         """On `database`'s pool; `owns_database`: open and close it with the store;
-        `group_commit`: finishes that arrive together share one statement and commit."""
+        `group_commit`: finishes that become ready together share one statement and commit."""
         self.group_commit = group_commit
         self.schema = database.postgres.schema  # checked when the URL was parsed
         self._lease = PoolLease(database, owner=owns_database, name="fence store")
@@ -93,6 +100,7 @@ class PostgresFenceStore:
             " AND f.owner_boot = v.owner_boot AND f.attempts = v.attempts RETURNING f.fence_id"
         )
         self._finishes: GroupCommit[_Finish, bool] = GroupCommit(self._commit_finishes, key=lambda f: f.fence_id)
+
 
     @classmethod
     def from_url(cls, url: str) -> "PostgresFenceStore":
