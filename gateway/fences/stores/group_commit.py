@@ -58,17 +58,20 @@ class GroupCommit(Generic[I, R]):
         # a caller chosen to gather the next group does gather it.
         with anyio.CancelScope(shield=True):
             me: _Waiter[I, R] = _Waiter(item, self._key(item))
-            self._queue.append(me)
-            if self._gathering:
-                await me.done.wait()
-                if not me.lead:
-                    return self._outcome(me)
-            self._gathering = True
-            await anyio.lowlevel.checkpoint()  # the writes ready in this pass of the loop join
-            group = self._take()
-            self._hand_over()
-            await self._commit_group(group)
-            return self._outcome(me)
+            await self._queue_and_commit(me)
+        return self._outcome(me)
+
+    async def _queue_and_commit(self, me: _Waiter[I, R]) -> None:
+        self._queue.append(me)
+        if self._gathering:
+            await me.done.wait()
+            if not me.lead:
+                return
+        self._gathering = True
+        await anyio.lowlevel.checkpoint()  # the writes ready in this pass of the loop join
+        group = self._take()
+        self._hand_over()
+        await self._commit_group(group)
 
     def _take(self) -> list[_Waiter[I, R]]:
         group: list[_Waiter[I, R]] = []
