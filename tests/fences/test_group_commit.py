@@ -78,9 +78,9 @@ async def test_the_same_key_never_twice_in_one_commit_and_max_items() -> None:
     assert commit.groups == [["a1", "b1", "c1"], ["a2", "d1"], ["a3"]]
 
 
-async def test_a_failed_commit_fails_each_of_its_writes_and_the_next_group_goes_on() -> None:
+async def test_a_transient_failure_fails_each_write_of_the_group_and_the_next_group_goes_on() -> None:
     commit = Recorder(fail_first=True)
-    group: GroupCommit[str, str] = GroupCommit(commit, key=lambda s: s)
+    group: GroupCommit[str, str] = GroupCommit(commit, key=lambda s: s, transient=(OSError,))
     outcomes: dict[str, str] = {}
 
     async def one(item: str) -> None:
@@ -94,8 +94,34 @@ async def test_a_failed_commit_fails_each_of_its_writes_and_the_next_group_goes_
             tg.start_soon(one, item)
         await anyio.sleep(0.005)
         tg.start_soon(one, "z")
+    # Maybe committed, maybe not: each caller gets the error to settle, nothing is tried again here.
     assert commit.groups == [["x", "y"], ["z"]]
     assert outcomes == {"x": "connection lost", "y": "connection lost", "z": "z!"}
+
+
+async def test_a_refused_group_is_tried_again_one_write_at_a_time() -> None:
+    groups: list[list[str]] = []
+
+    async def commit(items: Sequence[str]) -> list[str]:
+        groups.append(list(items))
+        if "bad" in items:
+            raise ValueError("refused")
+        return [f"{item}!" for item in items]
+
+    group: GroupCommit[str, str] = GroupCommit(commit, key=lambda s: s, transient=(OSError,))
+    outcomes: dict[str, str] = {}
+
+    async def one(item: str) -> None:
+        try:
+            outcomes[item] = await group.submit(item)
+        except ValueError as exc:
+            outcomes[item] = str(exc)
+
+    async with anyio.create_task_group() as tg:
+        for item in ["a", "bad", "c"]:
+            tg.start_soon(one, item)
+    assert outcomes == {"a": "a!", "bad": "refused", "c": "c!"}
+    assert groups[0] == ["a", "bad", "c"] and sorted(map(tuple, groups[1:])) == [("a",), ("bad",), ("c",)]
 
 
 async def test_a_cancelled_caller_still_gets_its_write_committed() -> None:
@@ -142,3 +168,39 @@ async def test_postgres_finishes_sharing_a_commit_keep_each_compare_and_set(pg_u
             else:
                 assert rec.state is FenceState.DONE and rec.answer == {"content": [], "n": fid}
                 assert rec.lease_until is None and rec.updated_at == 2000.0
+
+
+async def test_postgres_one_finish_the_database_refuses_fails_only_its_own_caller(pg_url: str) -> None:
+    async with open_fence_store(pg_url) as store:
+        ids = [f"g{n}" for n in range(6)]
+        for fid in ids:
+            await store.insert_if_absent(pending(fid))
+        assert isinstance(store, PostgresFenceStore)
+        sizes: list[int] = []
+        commit = store._finishes._commit
+
+        async def counted(items: Sequence[object]) -> list[bool]:
+            sizes.append(len(items))
+            return await commit(items)  # type: ignore[arg-type]
+
+        store._finishes._commit = counted  # type: ignore[method-assign]
+        outcomes: dict[str, object] = {}
+
+        async def finish(fid: str) -> None:
+            # A lone surrogate cannot be encoded as UTF-8: this answer is refused, the others not.
+            text = "\ud800" if fid == "g2" else fid
+            try:
+                outcomes[fid] = await store.finish(
+                    fid, expected=A, attempts=1, state=FenceState.DONE, answer={"t": text}, now=2000.0
+                )
+            except Exception as exc:  # noqa: BLE001 - the test looks at which caller got it
+                outcomes[fid] = type(exc).__name__
+
+        async with anyio.create_task_group() as tg:
+            for fid in ids:
+                tg.start_soon(finish, fid)
+        assert outcomes["g2"] not in (True, False)
+        assert {fid: v for fid, v in outcomes.items() if fid != "g2"} == {fid: True for fid in ids if fid != "g2"}
+        assert sizes == [6, 1, 1, 1, 1, 1, 1]  # the shared commit was refused, then each alone
+        rec = await store.get("g2")
+        assert rec is not None and rec.state is FenceState.PENDING

@@ -8,8 +8,11 @@ commit under way: commits still overlap, so the database's own flush sharing bet
 connections keeps working. Each caller is released only when the commit carrying its write has
 returned: a write is acknowledged after it is durable, exactly as if it had been committed alone.
 
-A failed commit fails every write it carried with the same exception (nothing of it was
-committed: one statement is one transaction); each caller handles it as its own.
+A commit that fails with a transient error (connection lost: it may or may not have happened)
+fails every write it carried with that error, and each caller settles it as its own, as it would
+after a write of its own. Any other error means the database refused the statement (nothing of it
+was committed): each write is then tried again alone, so a write whose data is refused fails only
+its own caller.
 """
 
 from __future__ import annotations
@@ -43,15 +46,18 @@ class GroupCommit(Generic[I, R]):
         *,
         key: Callable[[I], Hashable],
         max_items: int = 64,
+        transient: tuple[type[BaseException], ...] = (),
     ) -> None:
         """`commit(items)` writes every item in one transaction and returns one result per item,
         in order. Two items with the same `key` never go in one commit (the later one goes in the
-        next group), so each row is written at most once per statement."""
+        next group), so each row is written at most once per statement. `transient`: the errors
+        that say the database could not answer now (the commit may or may not have happened)."""
         self._commit = commit
         self._key = key
         self._max_items = max_items
         self._queue: list[_Waiter[I, R]] = []
         self._gathering = False
+        self._transient = transient
 
     async def submit(self, item: I) -> R:
         # Shielded: once queued, a write is committed (or fails) whoever cancels its caller, and
@@ -99,13 +105,32 @@ class GroupCommit(Generic[I, R]):
     async def _commit_group(self, group: list[_Waiter[I, R]]) -> None:
         try:
             results = await self._commit([w.item for w in group])
-        except BaseException as exc:  # every write of the group fails with it
-            for w in group:
-                w.error = exc
-                w.done.set()
+        except self._transient as exc:
+            # Maybe committed, maybe not (the answer was lost): every caller sees the error and
+            # settles it as its own (a retry, then a read of what is there).
+            self._fail(group, exc)
             return
+        except Exception as exc:
+            if len(group) == 1:
+                self._fail(group, exc)
+                return
+            # The database refused the statement, so nothing of it was committed, and the fault
+            # may be one write's own data: each write is tried again alone and fails only its caller.
+            async with anyio.create_task_group() as tg:
+                for w in group:
+                    tg.start_soon(self._commit_group, [w])
+            return
+        except BaseException as exc:
+            self._fail(group, exc)
+            raise
         for w, result in zip(group, results, strict=True):
             w.result = result
+            w.done.set()
+
+    @staticmethod
+    def _fail(group: list[_Waiter[I, R]], exc: BaseException | None) -> None:
+        for w in group:
+            w.error = exc
             w.done.set()
 
     @staticmethod

@@ -99,8 +99,9 @@ class PostgresFenceStore:
             " WHERE f.fence_id = v.fence_id AND f.state = 'pending' AND f.owner_replica = v.owner_replica"
             " AND f.owner_boot = v.owner_boot AND f.attempts = v.attempts RETURNING f.fence_id"
         )
-        self._finishes: GroupCommit[_Finish, bool] = GroupCommit(self._commit_finishes, key=lambda f: f.fence_id)
-
+        self._finishes: GroupCommit[_Finish, bool] = GroupCommit(
+            self._commit_finishes, key=lambda f: f.fence_id, transient=self.transient_errors
+        )
 
     @classmethod
     def from_url(cls, url: str) -> "PostgresFenceStore":
