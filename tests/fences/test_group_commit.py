@@ -19,15 +19,15 @@ class Recorder:
     """A commit that takes a while and remembers each group it was given and how many commits
     were under way at once."""
 
-    def __init__(self, fail_first: bool = False) -> None:
+    def __init__(self, fail_group: int | None = None) -> None:
         self.groups: list[list[str]] = []
-        self.fail_first = fail_first
+        self.fail_group = fail_group
         self.running = 0
         self.most_running = 0
 
     async def __call__(self, items: Sequence[str]) -> list[str]:
         self.groups.append(list(items))
-        fail = self.fail_first and len(self.groups) == 1
+        fail = len(self.groups) - 1 == self.fail_group
         self.running += 1
         self.most_running = max(self.most_running, self.running)
         try:
@@ -53,7 +53,8 @@ async def test_writes_ready_together_share_one_commit_each_gets_its_own_result()
         for n in range(20):
             tg.start_soon(one, f"w{n}")
     assert results == {f"w{n}": f"w{n}!" for n in range(20)}
-    assert commit.groups[1:] == [[f"w{n}" for n in range(20)]]
+    # w0 finds no commit under way and goes alone; the 19 that arrive meanwhile go together.
+    assert commit.groups[1:] == [["w0"], [f"w{n}" for n in range(1, 20)]]
 
 
 async def test_a_later_write_does_not_wait_for_the_commit_under_way() -> None:
@@ -75,11 +76,11 @@ async def test_the_same_key_never_twice_in_one_commit_and_max_items() -> None:
     async with anyio.create_task_group() as tg:
         for item in ["a1", "a2", "b1", "c1", "d1", "a3"]:
             tg.start_soon(group.submit, item)
-    assert commit.groups == [["a1", "b1", "c1"], ["a2", "d1"], ["a3"]]
+    assert commit.groups == [["a1"], ["a2", "b1", "c1"], ["d1", "a3"]]
 
 
 async def test_a_transient_failure_fails_each_write_of_the_group_and_the_next_group_goes_on() -> None:
-    commit = Recorder(fail_first=True)
+    commit = Recorder(fail_group=1)
     group: GroupCommit[str, str] = GroupCommit(commit, key=lambda s: s, transient=(OSError,))
     outcomes: dict[str, str] = {}
 
@@ -90,13 +91,13 @@ async def test_a_transient_failure_fails_each_write_of_the_group_and_the_next_gr
             outcomes[item] = str(exc)
 
     async with anyio.create_task_group() as tg:
-        for item in ["x", "y"]:
+        for item in ["w", "x", "y"]:
             tg.start_soon(one, item)
         await anyio.sleep(0.005)
         tg.start_soon(one, "z")
     # Maybe committed, maybe not: each caller gets the error to settle, nothing is tried again here.
-    assert commit.groups == [["x", "y"], ["z"]]
-    assert outcomes == {"x": "connection lost", "y": "connection lost", "z": "z!"}
+    assert commit.groups == [["w"], ["x", "y"], ["z"]]
+    assert outcomes == {"w": "w!", "x": "connection lost", "y": "connection lost", "z": "z!"}
 
 
 async def test_a_refused_group_is_tried_again_one_write_at_a_time() -> None:
@@ -104,6 +105,7 @@ async def test_a_refused_group_is_tried_again_one_write_at_a_time() -> None:
 
     async def commit(items: Sequence[str]) -> list[str]:
         groups.append(list(items))
+        await anyio.sleep(0.01)
         if "bad" in items:
             raise ValueError("refused")
         return [f"{item}!" for item in items]
@@ -118,10 +120,11 @@ async def test_a_refused_group_is_tried_again_one_write_at_a_time() -> None:
             outcomes[item] = str(exc)
 
     async with anyio.create_task_group() as tg:
-        for item in ["a", "bad", "c"]:
+        for item in ["a", "b", "bad", "c"]:
             tg.start_soon(one, item)
-    assert outcomes == {"a": "a!", "bad": "refused", "c": "c!"}
-    assert groups[0] == ["a", "bad", "c"] and sorted(map(tuple, groups[1:])) == [("a",), ("bad",), ("c",)]
+    assert outcomes == {"a": "a!", "b": "b!", "bad": "refused", "c": "c!"}
+    assert groups[:2] == [["a"], ["b", "bad", "c"]]
+    assert sorted(map(tuple, groups[2:])) == [("b",), ("bad",), ("c",)]
 
 
 async def test_a_cancelled_caller_still_gets_its_write_committed() -> None:
@@ -201,6 +204,7 @@ async def test_postgres_one_finish_the_database_refuses_fails_only_its_own_calle
                 tg.start_soon(finish, fid)
         assert outcomes["g2"] not in (True, False)
         assert {fid: v for fid, v in outcomes.items() if fid != "g2"} == {fid: True for fid in ids if fid != "g2"}
-        assert sizes == [6, 1, 1, 1, 1, 1, 1]  # the shared commit was refused, then each alone
+        # g0 alone (nothing under way), then the other five together: refused, then each alone.
+        assert sizes == [1, 5, 1, 1, 1, 1, 1]
         rec = await store.get("g2")
         assert rec is not None and rec.state is FenceState.PENDING

@@ -1,11 +1,11 @@
 """Group commit: writes that become ready together share one commit.
 
-The first write to arrive waits one pass of the event loop; every write submitted in that same
-pass (typically the finishes of calls whose answers, or whose claims' commits, came back in one
-read of the sockets) joins it, and the group is committed as one statement, one transaction, one
-WAL flush. A write that arrives later starts a group of its own at once, without waiting for the
-commit under way: commits still overlap, so the database's own flush sharing between
-connections keeps working. Each caller is released only when the commit carrying its write has
+A write that finds no commit under way is committed at once, alone (calls one at a time pay
+nothing). A write that arrives while commits are under way waits one pass of the event loop;
+every write submitted in that same pass (typically the finishes of calls whose answers, or whose
+claims' commits, came back in one read of the sockets) joins it, and the group is committed as
+one statement, one transaction, one WAL flush, without waiting for the commits under way: commits
+still overlap, so the database's own flush sharing between connections keeps working. Each caller is released only when the commit carrying its write has
 returned: a write is acknowledged after it is durable, exactly as if it had been committed alone.
 
 A commit that fails with a transient error (connection lost: it may or may not have happened)
@@ -58,6 +58,7 @@ class GroupCommit(Generic[I, R]):
         self._queue: list[_Waiter[I, R]] = []
         self._gathering = False
         self._transient = transient
+        self._in_flight = 0  # commits sent and not yet answered
 
     async def submit(self, item: I) -> R:
         # Shielded: once queued, a write is committed (or fails) whoever cancels its caller, and
@@ -68,6 +69,10 @@ class GroupCommit(Generic[I, R]):
         return self._outcome(me)
 
     async def _queue_and_commit(self, me: _Waiter[I, R]) -> None:
+        if not self._gathering and not self._in_flight:
+            # Nothing being committed, so nothing to share a flush with: at once, alone.
+            await self._commit_group([me])
+            return
         self._queue.append(me)
         if self._gathering:
             await me.done.wait()
@@ -103,6 +108,7 @@ class GroupCommit(Generic[I, R]):
             self._gathering = False
 
     async def _commit_group(self, group: list[_Waiter[I, R]]) -> None:
+        self._in_flight += 1
         try:
             results = await self._commit([w.item for w in group])
         except self._transient as exc:
@@ -123,6 +129,8 @@ class GroupCommit(Generic[I, R]):
         except BaseException as exc:
             self._fail(group, exc)
             raise
+        finally:
+            self._in_flight -= 1
         for w, result in zip(group, results, strict=True):
             w.result = result
             w.done.set()
