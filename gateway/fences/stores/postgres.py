@@ -17,10 +17,10 @@ statement once per connection and reuses it (its statement cache), so a call sen
 to parse. Every write commits synchronously: a finished answer acknowledged to the pipeline
 survives a PostgreSQL crash too.
 
-Group commit (`group_commit=True`, the default): finishes that become ready in the same pass of
-the event loop go together in one UPDATE ... FROM unnest(...) (one transaction, one WAL flush),
-and each caller is answered only once that commit returned (group_commit.py). A lone finish is
-the plain one-row UPDATE.
+Group commit (`group_commit=True`, the default): a finish that finds no commit under way is the
+plain one-row UPDATE, sent at once; finishes arriving while commits are under way and ready in
+the same pass of the event loop go together in one UPDATE ... FROM unnest(...) (one transaction,
+one WAL flush), and each caller is answered only once that commit returned (group_commit.py).
 """
 
 from __future__ import annotations
