@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import anyio
 import pytest
@@ -79,17 +79,23 @@ async def test_the_same_key_never_twice_in_one_commit_and_max_items() -> None:
     assert commit.groups == [["a1"], ["a2", "b1", "c1"], ["d1", "a3"]]
 
 
-async def test_a_transient_failure_fails_each_write_of_the_group_and_the_next_group_goes_on() -> None:
-    commit = Recorder(fail_group=1)
-    group: GroupCommit[str, str] = GroupCommit(commit, key=lambda s: s, transient=(OSError,))
-    outcomes: dict[str, str] = {}
+def submitter(group: GroupCommit[str, str], outcomes: dict[str, str]) -> Callable[[str], Awaitable[None]]:
+    """Submit an item; its result, or the text of the error it got, lands in `outcomes`."""
 
     async def one(item: str) -> None:
         try:
             outcomes[item] = await group.submit(item)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
             outcomes[item] = str(exc)
 
+    return one
+
+
+async def test_a_transient_failure_fails_each_write_of_the_group_and_the_next_group_goes_on() -> None:
+    commit = Recorder(fail_group=1)
+    group: GroupCommit[str, str] = GroupCommit(commit, key=lambda s: s, transient=(OSError,))
+    outcomes: dict[str, str] = {}
+    one = submitter(group, outcomes)
     async with anyio.create_task_group() as tg:
         for item in ["w", "x", "y"]:
             tg.start_soon(one, item)
@@ -112,13 +118,7 @@ async def test_a_refused_group_is_tried_again_one_write_at_a_time() -> None:
 
     group: GroupCommit[str, str] = GroupCommit(commit, key=lambda s: s, transient=(OSError,))
     outcomes: dict[str, str] = {}
-
-    async def one(item: str) -> None:
-        try:
-            outcomes[item] = await group.submit(item)
-        except ValueError as exc:
-            outcomes[item] = str(exc)
-
+    one = submitter(group, outcomes)
     async with anyio.create_task_group() as tg:
         for item in ["a", "b", "bad", "c"]:
             tg.start_soon(one, item)
@@ -135,20 +135,26 @@ async def test_a_cancelled_caller_still_gets_its_write_committed() -> None:
     assert commit.groups == [["cancelled"]] and commit.running == 0
 
 
+async def pending_fences_counting_commits(store: PostgresFenceStore, ids: list[str]) -> list[int]:
+    """Pending fences `ids` held by A; the size of each finish commit the store sends from now on."""
+    for fid in ids:
+        await store.insert_if_absent(pending(fid))
+    sizes: list[int] = []
+    commit = store._finishes._commit
+
+    async def counted(items: Sequence[object]) -> list[bool]:
+        sizes.append(len(items))
+        return list(await commit(items))  # type: ignore[arg-type]
+
+    store._finishes._commit = counted  # type: ignore[method-assign,assignment]
+    return sizes
+
+
 async def test_postgres_finishes_sharing_a_commit_keep_each_compare_and_set(pg_url: str) -> None:
     async with open_fence_store(pg_url) as store:
         assert isinstance(store, PostgresFenceStore) and store.group_commit
         ids = [f"f{n}" for n in range(12)]
-        for fid in ids:
-            await store.insert_if_absent(pending(fid))
-        statements: list[int] = []
-        commit = store._finishes._commit
-
-        async def counted(items: Sequence[object]) -> list[bool]:
-            statements.append(len(items))
-            return await commit(items)  # type: ignore[arg-type]
-
-        store._finishes._commit = counted  # type: ignore[method-assign]
+        statements = await pending_fences_counting_commits(store, ids)
         results: dict[str, bool] = {}
 
         async def finish(fid: str) -> None:
@@ -175,18 +181,9 @@ async def test_postgres_finishes_sharing_a_commit_keep_each_compare_and_set(pg_u
 
 async def test_postgres_one_finish_the_database_refuses_fails_only_its_own_caller(pg_url: str) -> None:
     async with open_fence_store(pg_url) as store:
-        ids = [f"g{n}" for n in range(6)]
-        for fid in ids:
-            await store.insert_if_absent(pending(fid))
         assert isinstance(store, PostgresFenceStore)
-        sizes: list[int] = []
-        commit = store._finishes._commit
-
-        async def counted(items: Sequence[object]) -> list[bool]:
-            sizes.append(len(items))
-            return await commit(items)  # type: ignore[arg-type]
-
-        store._finishes._commit = counted  # type: ignore[method-assign]
+        ids = [f"g{n}" for n in range(6)]
+        sizes = await pending_fences_counting_commits(store, ids)
         outcomes: dict[str, object] = {}
 
         async def finish(fid: str) -> None:
