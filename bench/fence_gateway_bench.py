@@ -4,7 +4,7 @@
 
 One upstream (bench/echo_server.py, tool `write`: non_idempotent_write, answers its `text`)
 behind two `dex-gateway serve` processes, and the same tool called three ways, sequentially
-(concurrency 1), `--calls` measured calls per case:
+(concurrency 1, or `--concurrency N` calls in flight), `--calls` measured calls per case:
 
   (a) fenced, SQLite   gateway A, entry `fenced` (`fenced__write`), a fresh idempotency key
                        per call: claim pending + store the answer in SQLite (WAL, one file);
@@ -78,7 +78,7 @@ def pg_schema_action(sql: str) -> str | None:
 
 def run_slice(url: str, tool: str, calls: int, fresh_keys: bool, args: argparse.Namespace) -> dict[str, Any]:
     cmd = [
-        PYTHON, str(HERE / "loadgen.py"), "--url", url, "--tool", tool, "--concurrency", "1",
+        PYTHON, str(HERE / "loadgen.py"), "--url", url, "--tool", tool, "--concurrency", str(args.concurrency),
         "--calls", str(calls), "--warmup", str(args.warmup), "--max-seconds", str(args.max_seconds),
         "--driver", "raw",
     ]
@@ -90,9 +90,10 @@ def run_slice(url: str, tool: str, calls: int, fresh_keys: bool, args: argparse.
     return json.loads(out.stdout)
 
 
-def summarize(latencies: list[float], errors: int, first_errors: list[str]) -> dict[str, Any]:
+def summarize(latencies: list[float], errors: int, first_errors: list[str], wall_s: float) -> dict[str, Any]:
     return {
         "calls": len(latencies),
+        "calls_per_s": len(latencies) / wall_s if wall_s else float("nan"),
         "errors": errors,
         "first_errors": first_errors[:2],
         "p50_ms": percentile(latencies, 50),
@@ -107,11 +108,13 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2, help="slices per case, run in turn")
     parser.add_argument("--warmup", type=int, default=100, help="unmeasured calls before each slice")
     parser.add_argument("--max-seconds", type=float, default=120.0, help="time cap per slice")
+    parser.add_argument("--concurrency", type=int, default=1, help="calls in flight per case (load generator tasks)")
     parser.add_argument("--no-direct", action="store_true", help="skip the direct-to-upstream reference row")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs, configs, SQLite file)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
     parser.add_argument("--compare-pythonpath", metavar="DIR",
-                        help="also run case (b) on the gateway package copy in DIR (e.g. the code before a change)")
+                        help="also run cases (a), (b) and (c) on the gateway package copy in DIR (e.g. the code "
+                             "before a change), as (a'), (b') and (c'); their added cost is over (c')")
     args = parser.parse_args()
 
     workdir = Path(tempfile.mkdtemp(prefix="dex-fence-bench-"))
@@ -137,49 +140,60 @@ def main() -> int:
         gw_sqlite = gateway("gateway-sqlite", f"sqlite:///{workdir / 'fences.db'}")
         pg_store = f"{PG_URL}{'&' if '?' in PG_URL else '?'}schema={schema}"
         gw_pg = None if pg_problem else gateway("gateway-pg", pg_store)
-        gw_pg_other = None
-        if args.compare_pythonpath and not pg_problem:
-            gw_pg_other = gateway("gateway-pg-compare", pg_store + "_b", args.compare_pythonpath)
+        gw_pg_other = gw_sqlite_other = None
+        if args.compare_pythonpath:
+            gw_sqlite_other = gateway("gateway-sqlite-compare", f"sqlite:///{workdir / 'fences-b.db'}",
+                                      args.compare_pythonpath)
+            if not pg_problem:
+                gw_pg_other = gateway("gateway-pg-compare", pg_store + "_b", args.compare_pythonpath)
 
         # case -> (url, tool, fresh keys)
         cases: dict[str, tuple[str, str, bool]] = {
             "(a) fenced, SQLite": (gw_sqlite.url, "fenced__write", True),
         }
+        if gw_sqlite_other is not None:
+            cases["(a') fenced, SQLite, DIR"] = (gw_sqlite_other.url, "fenced__write", True)
         if gw_pg is not None:
             cases["(b) fenced, PostgreSQL"] = (gw_pg.url, "fenced__write", True)
         if gw_pg_other is not None:
             cases["(b') fenced, PostgreSQL, DIR"] = (gw_pg_other.url, "fenced__write", True)
         cases["(c) unfenced (keyless pass)"] = (gw_sqlite.url, "open__write", False)
+        if gw_sqlite_other is not None:
+            cases["(c') unfenced, DIR"] = (gw_sqlite_other.url, "open__write", False)
         if not args.no_direct:
             cases["(d) direct to upstream"] = (upstream.url, "write", False)
 
         rounds = max(1, args.rounds)
         per_slice = [args.calls // rounds + (1 if i < args.calls % rounds else 0) for i in range(rounds)]
-        raw: dict[str, dict[str, Any]] = {name: {"lat": [], "errors": 0, "first_errors": []} for name in cases}
+        raw: dict[str, dict[str, Any]] = {name: {"lat": [], "errors": 0, "first_errors": [], "wall": 0.0} for name in cases}
         for n in per_slice:
             for name, (url, tool, fresh) in cases.items():
                 out = run_slice(url, tool, n, fresh, args)
                 raw[name]["lat"].extend(out["latencies_ms"])
                 raw[name]["errors"] += out["errors"]
                 raw[name]["first_errors"].extend(out["first_errors"])
+                raw[name]["wall"] += out["wall_s"]
 
-        rows = {name: summarize(r["lat"], r["errors"], r["first_errors"]) for name, r in raw.items()}
-        base = rows["(c) unfenced (keyless pass)"]
+        rows = {name: summarize(r["lat"], r["errors"], r["first_errors"], r["wall"]) for name, r in raw.items()}
         added = {}
-        for name in ("(a) fenced, SQLite", "(b) fenced, PostgreSQL", "(b') fenced, PostgreSQL, DIR"):
+        for name in ("(a) fenced, SQLite", "(a') fenced, SQLite, DIR", "(b) fenced, PostgreSQL",
+                     "(b') fenced, PostgreSQL, DIR"):
             if name in rows:
                 r = rows[name]
+                # The code in DIR is compared with its own unfenced path.
+                base = rows["(c') unfenced, DIR" if "DIR" in name else "(c) unfenced (keyless pass)"]
                 added[name] = {
                     "p50_added_ms": r["p50_ms"] - base["p50_ms"],
                     "p99_added_ms": r["p99_ms"] - base["p99_ms"],
                     "mean_added_ms": r["mean_ms"] - base["mean_ms"],
                     "p50_ratio": r["p50_ms"] / base["p50_ms"],
                     "p99_ratio": r["p99_ms"] / base["p99_ms"],
+                    "throughput_ratio": r["calls_per_s"] / base["calls_per_s"],
                 }
         meta = {
             "calls_per_case": args.calls,
             "rounds": rounds,
-            "concurrency": 1,
+            "concurrency": args.concurrency,
             "cpus": os.cpu_count(),
             "python": sys.version.split()[0],
             "postgresql": None if pg_problem else PG_URL,
@@ -188,11 +202,12 @@ def main() -> int:
         if args.json:
             print(json.dumps({"meta": meta, "rows": rows, "added_over_unfenced": added}, indent=2))
         else:
-            print(f"fence overhead end to end: write tool through dex-gateway, c=1, {args.calls} calls per case "
+            print(f"fence overhead end to end: write tool through dex-gateway, c={args.concurrency}, {args.calls} calls per case "
                   f"in {rounds} interleaved slices, {meta['cpus']} CPU cores shared by all processes")
             if pg_problem:
                 print(f"(b) skipped: PostgreSQL unreachable at {PG_URL}: {pg_problem}")
-            header = f"{'case':<30} {'calls':>6} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8} | {'+p50 ms':>8} {'+p99 ms':>8} {'p50 x':>6} {'p99 x':>6}"
+            header = (f"{'case':<30} {'calls':>6} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8} {'calls/s':>8} |"
+                      f" {'+p50 ms':>8} {'+p99 ms':>8} {'p50 x':>6} {'p99 x':>6} {'thru x':>6}")
             print(header)
             print("-" * len(header))
             for name, r in rows.items():
@@ -200,11 +215,13 @@ def main() -> int:
                 if name in added:
                     a = added[name]
                     extra = (f" | {a['p50_added_ms']:>+8.2f} {a['p99_added_ms']:>+8.2f} "
-                             f"{a['p50_ratio']:>6.2f} {a['p99_ratio']:>6.2f}")
-                print(f"{name:<30} {r['calls']:>6} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} {r['mean_ms']:>8.2f}{extra}")
+                             f"{a['p50_ratio']:>6.2f} {a['p99_ratio']:>6.2f} {a['throughput_ratio']:>6.2f}")
+                print(f"{name:<30} {r['calls']:>6} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} {r['mean_ms']:>8.2f}"
+                      f" {r['calls_per_s']:>8.0f}{extra}")
                 if r["errors"]:
                     print(f"    {r['errors']} errors; first: {r['first_errors'][:1]}")
-            print("+p50/+p99: added over (c), the same gateway path without the fence; x: ratio to (c).")
+            print("+p50/+p99: added over (c) (DIR rows: over (c')), the same gateway path without the fence; x: ratio to it"
+                  " (thru x: calls/s over (c)'s; the goal at c=16 is >= 0.8 for PostgreSQL).")
         return 0 if all(r["errors"] == 0 for r in rows.values()) else 1
     finally:
         for p in reversed(procs):

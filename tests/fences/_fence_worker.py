@@ -3,6 +3,8 @@
 usage: _fence_worker.py hammer URL REPLICA NKEYS      (prints "ready", starts on a "go" line on stdin)
        _fence_worker.py claim-and-hang URL REPLICA
        _fence_worker.py loop URL REPLICA
+       _fence_worker.py group-loop URL REPLICA   (PostgreSQL: 16 callers whose finishes share commits;
+                                                  the first shared commit of 2+ finishes hangs)
 """
 
 from __future__ import annotations
@@ -85,6 +87,45 @@ async def loop(url: str, replica: str) -> None:
             i += 1
 
 
+async def group_loop(url: str, replica: str) -> None:
+    """16 callers claiming k<caller>-<n> in turn. Prints "sending <key>" once a key is claimed,
+    "done <key>" once its answer is stored, and "group <key> <key> ..." when a shared commit of
+    two or more finishes is about to be sent: that first one then waits (the test SIGKILLs the
+    process there, between the claims and their shared commit)."""
+    from gateway.fences.stores.postgres import PostgresFenceStore
+
+    async with open_fence_store(url) as store:
+        assert isinstance(store, PostgresFenceStore) and store.group_commit
+        commit = store._finishes._commit
+        hung = False
+
+        async def announced(items: Any) -> Any:
+            nonlocal hung
+            if len(items) > 1 and not hung:
+                hung = True
+                say("group", *(item.fence_id for item in items))
+                await anyio.sleep(3600)
+            return await commit(items)
+
+        store._finishes._commit = announced
+        f = Fences(store, Owner.fresh(replica), lease_seconds=60.0)
+        say("ready")
+
+        async def caller(n: int) -> None:
+            for i in range(10_000):
+                key = f"k{n}-{i}"
+                r = await f.begin(principal="p", key=key, tool="t", arguments=None, effect=Effect.NON_IDEMPOTENT_WRITE)
+                assert isinstance(r, Proceed), r
+                say("sending", key, r.ticket.fence_id)
+                await anyio.sleep(random.random() * 0.002)
+                assert await f.complete(r.ticket, answer_for(key, replica))
+                say("done", key)
+
+        async with anyio.create_task_group() as tg:
+            for n in range(16):
+                tg.start_soon(caller, n)
+
+
 def main(argv: list[str]) -> None:
     mode, url, replica = argv[1], argv[2], argv[3]
     if mode == "hammer":
@@ -93,6 +134,8 @@ def main(argv: list[str]) -> None:
         anyio.run(claim_and_hang, url, replica)
     elif mode == "loop":
         anyio.run(loop, url, replica)
+    elif mode == "group-loop":
+        anyio.run(group_loop, url, replica)
     else:
         raise SystemExit(f"unknown mode {mode}")
 

@@ -162,3 +162,49 @@ def test_sigkill_at_random_instants_loses_nothing(durable_url: str) -> None:
 @pytest.mark.slow
 def test_sigkill_crash_loop_long(durable_url: str) -> None:
     _crash_loop(durable_url, rounds=30)
+
+
+@pytest.mark.anyio
+async def test_sigkill_before_a_shared_commit_runs_nothing_twice_loses_nothing(pg_url: str) -> None:
+    """PostgreSQL group commit: 16 callers' finishes share commits; the process is SIGKILLed while
+    a shared commit of several answers is about to be sent. Every answer reported stored replays;
+    every call in the killed commit (and any other sent, unanswered one) is unknown, never sent
+    again; keys never claimed start fresh."""
+    proc = spawn("group-loop", pg_url, "r1")
+    wait_ready(proc)
+    assert proc.stdout is not None
+    group: list[str] = []
+    lines: list[str] = []
+    with anyio.fail_after(30):
+        while not group:
+            line = await anyio.to_thread.run_sync(proc.stdout.readline)
+            assert line, proc.stderr.read() if proc.stderr else "worker ended"
+            lines.append(line)
+            if line.startswith("group "):
+                group = line.split()[1:]
+    lines += sigkill(proc)
+    words = [line.split() for line in lines]
+    sent = {w[2]: w[1] for w in words if len(w) == 3 and w[0] == "sending"}  # fence id -> key
+    done = {w[1] for w in words if len(w) == 2 and w[0] == "done"}
+    assert len(group) > 1 and set(group) <= set(sent), (group, sent)
+    in_group = {sent[fid] for fid in group}
+    assert not in_group & done
+    async with open_fence_store(pg_url) as store:
+        f = Fences(store, Owner.fresh("r1"), wait_seconds=0.0)
+
+        async def begin(key: str) -> object:
+            return await f.begin(principal="p", key=key, tool="t", arguments=None, effect=Effect.NON_IDEMPOTENT_WRITE)
+
+        for key in sorted(set(sent.values())):
+            r = await begin(key)
+            if key in done:
+                assert isinstance(r, Replay), (key, r)  # nothing lost
+                assert r.answer["content"][0]["text"] == f"{key} executed by r1"
+            elif key in in_group:
+                # Its shared commit never reached the database: the outcome is unknown to the
+                # fence, and the call is never sent again.
+                assert isinstance(r, FenceUnknown) and r.reason is UnknownReason.OWNER_DIED, (key, r)
+            else:
+                assert isinstance(r, Replay) or (isinstance(r, FenceUnknown) and r.reason is UnknownReason.OWNER_DIED), (key, r)
+        # A key no caller reached is new.
+        assert isinstance(await begin("k0-9999"), Proceed)

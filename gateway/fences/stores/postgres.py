@@ -12,13 +12,22 @@ Each operation is one statement, atomic at READ COMMITTED: the conditional UPDAT
 re-checks its WHERE clause on the latest row version, which is the compare-and-set.
 
 One round trip each: the claim is one statement (insert, or else read the row there), and the
-pool skips asyncpg's reset query on release (gateway/storage/database.py). Every write commits
-synchronously: a finished answer acknowledged to the pipeline survives a PostgreSQL crash too.
+pool skips asyncpg's reset query on release (gateway/storage/database.py). asyncpg prepares each
+statement once per connection and reuses it (its statement cache), so a call sends no SQL text
+to parse. Every write commits synchronously: a finished answer acknowledged to the pipeline
+survives a PostgreSQL crash too.
+
+Group commit (`group_commit=True`, the default): a finish that finds no commit under way is the
+plain one-row UPDATE, sent at once; finishes arriving while commits are under way and ready in
+the same pass of the event loop go together in one UPDATE ... FROM unnest(...) (one transaction,
+one WAL flush), and each caller is answered only once that commit returned (group_commit.py).
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
 
@@ -27,10 +36,21 @@ import asyncpg
 from ...protocol import Result
 from ...storage.database import Database, PoolLease
 from ..records import COLUMNS, FenceRecord, FenceState, FenceStats, Owner, dump_answer, record_from_row, record_to_row
+from .group_commit import GroupCommit
 
 SCHEMA_VERSION = 1
 SWEEP_BATCH_ROWS = 2000  # rows deleted per statement by a sweep or purge
 _COLS = ", ".join(COLUMNS)
+
+
+@dataclass(frozen=True, slots=True)
+class _Finish:
+    fence_id: str
+    owner: Owner
+    attempts: int
+    state: str
+    answer: str | None
+    now: float
 
 
 def _lock_key(schema: str) -> int:
@@ -50,8 +70,10 @@ class PostgresFenceStore:
         asyncpg.DeadlockDetectedError,
         asyncpg.SerializationError,
     )
-    def __init__(self, database: Database, *, owns_database: bool = False) -> None:
-        """On `database`'s pool; `owns_database`: open and close it with the store."""
+    def __init__(self, database: Database, *, owns_database: bool = False, group_commit: bool = True) -> None:
+        """On `database`'s pool; `owns_database`: open and close it with the store;
+        `group_commit`: finishes that become ready together share one statement and commit."""
+        self.group_commit = group_commit
         self.schema = database.postgres.schema  # checked when the URL was parsed
         self._lease = PoolLease(database, owner=owns_database, name="fence store")
         self._t = f'"{self.schema}".dex_fences'
@@ -64,6 +86,21 @@ class PostgresFenceStore:
             f" ON CONFLICT (fence_id) DO NOTHING RETURNING 1)"
             f" SELECT EXISTS (SELECT 1 FROM ins), {', '.join('f.' + c for c in COLUMNS)}"
             f" FROM (VALUES (1)) AS one LEFT JOIN {self._t} AS f ON f.fence_id = $1 AND NOT EXISTS (SELECT 1 FROM ins)"
+        )
+        self._finish_one = (
+            f"UPDATE {self._t} SET state = $1, answer = $2, lease_until = NULL, updated_at = $3 WHERE {self._cas(4)}"
+        )
+        # Several finishes in one statement: each row's compare-and-set is its own join condition,
+        # re-checked on the latest row version like the single UPDATE's WHERE clause.
+        self._finish_many = (
+            f"UPDATE {self._t} AS f SET state = v.state, answer = v.answer, lease_until = NULL, updated_at = v.now"
+            " FROM unnest($1::text[], $2::text[], $3::text[], $4::integer[], $5::text[], $6::text[], $7::float8[])"
+            " AS v(fence_id, owner_replica, owner_boot, attempts, state, answer, now)"
+            " WHERE f.fence_id = v.fence_id AND f.state = 'pending' AND f.owner_replica = v.owner_replica"
+            " AND f.owner_boot = v.owner_boot AND f.attempts = v.attempts RETURNING f.fence_id"
+        )
+        self._finishes: GroupCommit[_Finish, bool] = GroupCommit(
+            self._commit_finishes, key=lambda f: f.fence_id, transient=self.transient_errors
         )
 
     @classmethod
@@ -192,11 +229,33 @@ class PostgresFenceStore:
     ) -> bool:
         if state is FenceState.PENDING:
             raise ValueError("finish() moves a fence to done or unknown, not pending")
-        status = await self.pool.execute(
-            f"UPDATE {self._t} SET state = $1, answer = $2, lease_until = NULL, updated_at = $3 WHERE {self._cas(4)}",
-            state.value, dump_answer(answer), now, fence_id, expected.replica_id, expected.boot_id, attempts,
-        )
-        return self._one(status)
+        item = _Finish(fence_id, expected, attempts, state.value, dump_answer(answer), now)
+        if self.group_commit:
+            return await self._finishes.submit(item)
+        return (await self._commit_finishes([item]))[0]
+
+    async def _commit_finishes(self, items: Sequence[_Finish]) -> list[bool]:
+        """One statement, one commit, for every finish in `items` (distinct fences)."""
+        if len(items) == 1:
+            f = items[0]
+            status = await self.pool.execute(
+                self._finish_one, f.state, f.answer, f.now, f.fence_id, f.owner.replica_id, f.owner.boot_id, f.attempts
+            )
+            return [self._one(status)]
+        done = {
+            r[0]
+            for r in await self.pool.fetch(
+                self._finish_many,
+                [f.fence_id for f in items],
+                [f.owner.replica_id for f in items],
+                [f.owner.boot_id for f in items],
+                [f.attempts for f in items],
+                [f.state for f in items],
+                [f.answer for f in items],
+                [f.now for f in items],
+            )
+        }
+        return [f.fence_id in done for f in items]
 
     async def delete_if_owner(self, fence_id: str, *, owner: Owner, attempts: int) -> bool:
         status = await self.pool.execute(

@@ -8,9 +8,11 @@ than at every commit. Deployments that need that guarantee too set `?synchronous
 in the URL (an fsync per commit, a few ms on most disks).
 
 All SQL runs on one connection serialized by a capacity limiter of 1, so the connection
-is only ever used by one worker thread at a time. Every write is `BEGIN IMMEDIATE`: the
-write lock is taken before anything is read, so two processes on one file never act on a
-stale read (no SQLITE_BUSY_SNAPSHOT upgrades), and `busy_timeout` makes them queue.
+is only ever used by one worker thread at a time. Every write is one statement in autocommit
+(a claim that finds the key taken reads the row with a second one): a writing statement takes
+the write lock as it starts, before it reads, like `BEGIN IMMEDIATE`, so two processes on one
+file never act on a stale read, and a busy file makes it wait and try again. Sweeps, which
+delete in batches, use `BEGIN IMMEDIATE` transactions of their own.
 """
 
 from __future__ import annotations
@@ -95,6 +97,8 @@ class SqliteFenceStore:
         # busy_timeout would sleep inside the call and stall the loop. FULL (fsync per commit)
         # keeps the worker thread.
         self._on_loop = synchronous.upper() != "FULL"
+        self._claim = f"INSERT INTO fences ({_COLS}) VALUES ({', '.join('?' * len(COLUMNS))}) ON CONFLICT (fence_id) DO NOTHING"
+        self._read = f"SELECT {_COLS} FROM fences WHERE fence_id = ?"
 
     @classmethod
     def from_url(cls, url: str) -> "SqliteFenceStore":
@@ -199,32 +203,35 @@ class SqliteFenceStore:
             raise StoreError("the SQLite fence store is not open")
         return self._conn
 
-    def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        return write_transaction(self._connection(), fn)
-
     def _update(self, sql: str, params: tuple[Any, ...]) -> bool:
-        return self._write(lambda c: c.execute(sql, params).rowcount == 1)
+        # One statement in autocommit is its own transaction, and a writing statement takes the
+        # write lock as it starts (before it reads), as BEGIN IMMEDIATE would: no BEGIN/COMMIT
+        # round of its own needed.
+        return self._connection().execute(sql, params).rowcount == 1
 
     # -- operations --------------------------------------------------------------------
 
     async def insert_if_absent(self, record: FenceRecord) -> tuple[bool, FenceRecord]:
         row = record_to_row(record)
 
-        def op(conn: sqlite3.Connection) -> tuple[bool, FenceRecord]:
-            cur = conn.execute(
-                f"INSERT INTO fences ({_COLS}) VALUES ({', '.join('?' * len(COLUMNS))}) ON CONFLICT (fence_id) DO NOTHING",
-                row,
-            )
-            if cur.rowcount == 1:
+        def op() -> tuple[bool, FenceRecord] | None:
+            # The insert is one autocommit statement (see `_update`); on a conflict the row is read
+            # by a second one, and is gone only if deleted in between (swept, or released by its
+            # owner): then claim again.
+            conn = self._connection()
+            if conn.execute(self._claim, row).rowcount == 1:
                 return True, record
-            existing = conn.execute(f"SELECT {_COLS} FROM fences WHERE fence_id = ?", (record.fence_id,)).fetchone()
-            return False, record_from_row(existing)
+            existing = conn.execute(self._read, (record.fence_id,)).fetchone()
+            return None if existing is None else (False, record_from_row(existing))
 
-        return await self._run(lambda: self._write(op))
+        while True:
+            found = await self._run(op)
+            if found is not None:
+                return found
 
     async def get(self, fence_id: str) -> FenceRecord | None:
         def op() -> FenceRecord | None:
-            row = self._connection().execute(f"SELECT {_COLS} FROM fences WHERE fence_id = ?", (fence_id,)).fetchone()
+            row = self._connection().execute(self._read, (fence_id,)).fetchone()
             return None if row is None else record_from_row(row)
 
         return await self._run(op)
