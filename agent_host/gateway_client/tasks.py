@@ -222,7 +222,7 @@ class TaskCaller:
         tasks its parked turns wait for). A failed session fails every poll (status None)."""
         found: dict[str, TaskStatus] = {}
         try:
-            async with self._connection.session() as client:
+            async with self._connection.session(era=HANDSHAKE) as client:  # the era the tasks were made on
                 for task_id in task_ids:
                     try:
                         task = await _raw(client, "tasks/get", {"taskId": task_id})

@@ -231,10 +231,13 @@ class GatewayToolSource:
         """Call one tool by the re-issue rules (`reissue`); `on_attempt(n)` commits attempt n
         before its request leaves."""
         name, effect, prior = request.name, request.effect, request.prior
-        # A tool that needs a task: on 2025-11-25 called as one (its id kept); on 2026-07-28 called
-        # declaring the tasks extension (modern_tasks.py), unless a 2025-11-25 task of it exists.
+        # A tool that needs a task: called as a 2025-11-25 task (its id kept in the store, so a
+        # restarted host or another `serve` resumes it, and `serve` parks the turn while it runs),
+        # unless the operator pinned `--protocol 2026-07-28`: then called declaring the tasks
+        # extension (modern_tasks.py: its questions reach the user through a stateless gateway too,
+        # but a restart sends the call again under its key). A 2025-11-25 task of the key wins.
         if self.task_caller is not None and (await self.task_caller.known(request.key) or
-                                             (name in self._task_tools and self._connection.era != MODERN)):
+                                             (name in self._task_tools and self._connection.protocol != MODERN)):
             return await self._call_as_task(request, on_attempt, on_progress)
         plan = plan_attempts(effect, prior, self._clock())
         if not plan.sends:
