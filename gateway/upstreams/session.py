@@ -196,15 +196,17 @@ class UpstreamSession:
             # away (the cancel-on-disconnect rule in `_exchange`). A bare scope with a deadline
             # (what `anyio.fail_after` wraps, without its generator on every call).
             limit = anyio.CancelScope(deadline=anyio.current_time() + timeout)
+            timed_out = False
             try:
                 with limit:
                     answer = await self._exchange(negotiated, method, params, relay, notices, limit, bearer)
-                if limit.cancelled_caught:
-                    failure = UpstreamInterrupted(self.name, f"no answer within {timeout:g} s")
+                timed_out = limit.cancelled_caught
             except TimeoutError:
-                failure = UpstreamInterrupted(self.name, f"no answer within {timeout:g} s")
+                timed_out = True
             except (UpstreamError, SessionLost) as exc:
                 failure = exc
+            if timed_out:
+                failure = UpstreamInterrupted(self.name, f"no answer within {timeout:g} s")
             if notices is not None and relay is not None:
                 # What the upstream said before answering reaches the client ahead of the answer
                 # (outside the call timeout: a slow client must not turn a received answer into an
