@@ -25,11 +25,12 @@ def test_operator_lists_shows_and_cancels_a_task(tmp_path: Path) -> None:
             [row] = [r for r in json.loads(listed.stdout) if r["task_id"] == task_id]
             assert row["status"] == "working" and row["principal"] == "anonymous" and row["upstream_task_id"]
             table = run_gateway_cli("tasks", "list", "--config", str(config))
-            assert task_id in table.stdout and "TASK_ID" in table.stdout
+            assert table.returncode == 0 and task_id in table.stdout and "TASK_ID" in table.stdout, table.stderr
             shown = run_gateway_cli("tasks", "show", task_id, "--config", str(config))
+            assert shown.returncode == 0, shown.stderr
             assert json.loads(shown.stdout)["tool"] == "t__slow_compute"
             cancelled = run_gateway_cli("tasks", "cancel", task_id, "--config", str(config))
-            assert cancelled.returncode == 0 and "cancelled" in cancelled.stdout
+            assert cancelled.returncode == 0 and "cancelled" in cancelled.stdout, cancelled.stderr
             assert wait_task(gateway.url, task_id, era=HANDSHAKE)["status"] == "cancelled"
             # The running process stopped the upstream task too.
             deadline = time.monotonic() + 10
