@@ -80,6 +80,8 @@ def main() -> None:
     parser.add_argument("--gateway-pythonpath", action="append", default=[])
     parser.add_argument("--diff", type=int, default=15, help="functions listed whose count differs most")
     parser.add_argument("--top", type=int, default=0, help="list each gateway's N most called functions per call")
+    parser.add_argument("--sort", choices=["calls", "own"], default="calls",
+                        help="--top's order: calls per call, or own time per call under cProfile")
     args = parser.parse_args()
     extra = 2000
     gateways: list[str | None] = args.gateway_pythonpath or [None]
@@ -97,8 +99,9 @@ def main() -> None:
     for gateway_dir, (total, _) in zip(gateways, results):
         print(f"  {total:8.1f}  {gateway_dir or 'installed gateway'}")
     for gateway_dir, (_, counts) in zip(gateways, results) if args.top else ():
-        print(f"most called functions per call (own time under cProfile in µs, calls): {gateway_dir or 'installed gateway'}")
-        for key, (calls, own) in sorted(counts.items(), key=lambda item: -item[1][0])[: args.top]:
+        order = 0 if args.sort == "calls" else 1
+        print(f"top functions by {args.sort} per call (own time under cProfile in µs, calls): {gateway_dir or 'installed gateway'}")
+        for key, (calls, own) in sorted(counts.items(), key=lambda item: -item[1][order])[: args.top]:
             print(f"  {own:7.1f}  {calls:5.1f}  {key[0]} {key[1]}")
     if len(results) > 1 and args.diff:
         first, second = results[0][1], results[1][1]

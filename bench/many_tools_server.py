@@ -52,8 +52,14 @@ def build(count: int, name: str, empty_lists: bool = False) -> Server[Any]:
     async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> types.CallToolResult:
         return types.CallToolResult(content=[types.TextContent(text=str(params.arguments))])
 
+    # A 2026-07-28 call's `Mcp-Param-*` check needs the tool's input schema: without this lookup the
+    # SDK server lists every tool on every call (bench/scale_bench.py measures the gateway, not that).
+    schemas = {tool.name: tool.input_schema for tool in tools}
+    lookup = schemas.get
+
     if not empty_lists:
-        return Server(f"bench-many-{name}", version="1.0.0", on_list_tools=list_tools, on_call_tool=call_tool)
+        return Server(f"bench-many-{name}", version="1.0.0", on_list_tools=list_tools, on_call_tool=call_tool,
+                      get_tool_input_schema=lookup)
 
     async def list_prompts(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> types.ListPromptsResult:
         return types.ListPromptsResult(prompts=[])
@@ -69,6 +75,7 @@ def build(count: int, name: str, empty_lists: bool = False) -> Server[Any]:
     return Server(
         f"bench-many-{name}", version="1.0.0", on_list_tools=list_tools, on_call_tool=call_tool,
         on_list_prompts=list_prompts, on_list_resources=list_resources, on_list_resource_templates=list_templates,
+        get_tool_input_schema=lookup,
     )
 
 

@@ -32,14 +32,22 @@ class PostgresPinStore(PostgresTable):
     async def all(self) -> list[Pin]:
         return [from_row(r) for r in await self.pool.fetch(f"SELECT {_COLS} FROM {self._table}")]
 
-    async def put(self, pins: list[Pin], at: float) -> None:
+    async def put(self, pins: list[Pin], at: float) -> tuple[float, float]:
         placeholders = ", ".join(f"${i}" for i in range(1, len(COLUMNS) + 1))
         updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in COLUMNS[2:])
         async with self.pool.acquire() as conn, conn.transaction():
+            # Pin writers of every replica take turns, so the two stamps bracket this write alone.
+            await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1))", self._table)
+            before = await self._stamp(conn)
             await conn.executemany(
                 f"INSERT INTO {self._table} ({_COLS}) VALUES ({placeholders})"
                 f" ON CONFLICT (upstream, tool) DO UPDATE SET {updates}", [to_row(pin, at) for pin in pins])
+            return before, await self._stamp(conn)
 
     async def stamp(self) -> float:
-        row = await self.pool.fetchrow(f"SELECT max(updated_at) AS at, count(*) AS n FROM {self._table}")
+        async with self.pool.acquire() as conn:
+            return await self._stamp(conn)
+
+    async def _stamp(self, conn: asyncpg.Connection) -> float:
+        row = await conn.fetchrow(f"SELECT max(updated_at) AS at, count(*) AS n FROM {self._table}")
         return float(row["at"] or 0.0) + float(row["n"]) * 1e-9

@@ -29,8 +29,8 @@ class SqlitePinStore(SqliteTable):
     async def all(self) -> list[Pin]:
         return await self._db.run(_all)
 
-    async def put(self, pins: list[Pin], at: float) -> None:
-        await self._db.run(_put, pins, at)
+    async def put(self, pins: list[Pin], at: float) -> tuple[float, float]:
+        return await self._db.run(_put, pins, at)
 
     async def stamp(self) -> float:
         return await self._db.run(_stamp)
@@ -40,12 +40,14 @@ def _all(conn: sqlite3.Connection) -> list[Pin]:
     return [from_row(r) for r in conn.execute(f"SELECT {_COLS} FROM {PINS_TABLE}").fetchall()]
 
 
-def _put(conn: sqlite3.Connection, pins: list[Pin], at: float) -> None:
-    def put(c: sqlite3.Connection) -> None:
+def _put(conn: sqlite3.Connection, pins: list[Pin], at: float) -> tuple[float, float]:
+    def put(c: sqlite3.Connection) -> tuple[float, float]:
+        before = _stamp(c)
         c.executemany(f"INSERT OR REPLACE INTO {PINS_TABLE} ({_COLS}) VALUES ({', '.join('?' * len(COLUMNS))})",
                       [to_row(pin, at) for pin in pins])
+        return before, _stamp(c)
 
-    write_transaction(conn, put)
+    return write_transaction(conn, put)  # BEGIN IMMEDIATE: no other writer between the two stamps
 
 
 def _stamp(conn: sqlite3.Connection) -> float:

@@ -2,7 +2,9 @@
 every replica holds the same tools and a pin survives a restart.
 
     all()          every pin
-    put(pins)      insert or replace these pins
+    put(pins)      insert or replace these pins; the stamp before and after, read in the
+                   same transaction as the write (pin writers take turns), so a process
+                   can tell its own write from another's
     stamp()        a number that changes whenever any pin changes (replicas poll it)
 """
 
@@ -24,7 +26,7 @@ class PinStore(Protocol):
     async def open(self) -> None: ...
     async def close(self) -> None: ...
     async def all(self) -> list[Pin]: ...
-    async def put(self, pins: list[Pin], at: float) -> None: ...
+    async def put(self, pins: list[Pin], at: float) -> tuple[float, float]: ...
     async def stamp(self) -> float: ...
 
 
@@ -59,10 +61,12 @@ class MemoryPinStore:
     async def all(self) -> list[Pin]:
         return list(self._rows.values())
 
-    async def put(self, pins: list[Pin], at: float) -> None:
+    async def put(self, pins: list[Pin], at: float) -> tuple[float, float]:
+        before = self._stamp
         for pin in pins:
             self._rows[(pin.upstream, pin.tool)] = pin
         self._stamp = max(self._stamp + 1e-6, at)
+        return before, self._stamp
 
     async def stamp(self) -> float:
         return self._stamp

@@ -86,3 +86,26 @@ async def test_off_records_nothing(store_url: str) -> None:
         await pins.load()
         assert pins.check("x", [tool("a", "A")]) == {}
         assert saves.pending == [] and await store.all() == []
+
+
+async def test_a_process_does_not_reread_its_own_pins(store_url: str) -> None:
+    """Recording a listing's pins is not news to the process that recorded them: its poller reads
+    nothing again and the catalog does not rebuild (10,000 tools made that a 0.5 s stall, measured
+    by bench/scale_bench.py); another process's review still is news."""
+    async with Database(store_url) as database, opened(open_pin_store(database)) as store:
+        saves = Saves()
+        one = ToolPins(store, {"u": "warn"}, spawn=saves)
+        two = ToolPins(store, {"u": "warn"}, spawn=saves)
+        await one.load()
+        await two.load()
+        assert one.check("u", [tool(f"t{i}", "T") for i in range(50)]) == {}
+        await saves.run()
+        assert await one.refresh() is False and one.version == 0
+        # Another process's write is news to both, and after reading it, the next own write is not.
+        assert await two.refresh() is True
+        await two.review("u", "t1", False, by="ops")
+        assert await one.refresh() is True and one.version == 1
+        assert one.check("u", [tool("t1", "T changed"), tool("t51", "new")]) == {}
+        await saves.run()
+        assert await one.refresh() is False and one.version == 1
+        assert await two.refresh() is True
