@@ -11,6 +11,8 @@ official MCP SDK client on 2026-07-28 with an elicitation callback, and raw JSON
 
 from __future__ import annotations
 
+import hashlib
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,7 @@ import pytest
 
 from gateway.conventions.keys import REPLAYED_KEY
 from tests.interop.support import Recorder, client, gateway_for, text_of
-from tests.support.gateway import http_upstream
+from tests.support.gateway import http_upstream, start_gateway, write_config
 from tests.support.servers import read_executions, start_http_server
 from tests.tasks.tasks_support import post, result_of
 
@@ -111,3 +113,33 @@ def test_questions_of_one_status_go_out_in_one_round_and_a_keyed_write_is_fenced
     assert len(read_executions(tmp_path / "up", tool="multi_input")) == 1
     assert len(read_executions(tmp_path / "up", tool="confirm_delete")) == 1
 
+
+
+def test_a_round_on_another_replica_is_forwarded_and_bound_to_its_principal(tmp_path: Path, pg_url: str) -> None:
+    # Two stateless gateways sharing PostgreSQL and a DEX_REPLICA_SECRET: asked on A for alice; bob's
+    # round with alice's state (on B, forwarded to A) is refused and leaves it; alice's round on B
+    # is forwarded to A, where the call follows the upstream task to its result.
+    tokens = {"alice": "alice-rounds-token", "bob": "bob-rounds-token"}
+    auth = {"tokens": [{"principal": p, "token_sha256": hashlib.sha256(t.encode()).hexdigest()} for p, t in tokens.items()]}
+    asking = {"elicitation": {}}
+    write = {"name": "confirm_delete", "arguments": {"filename": "c.txt"}}
+    with start_http_server("tasks_server", state_dir=tmp_path / "up") as server, ExitStack() as stack:
+        a, b = (stack.enter_context(start_gateway(write_config(tmp_path / name, {
+            "server": {"stateful": False}, "auth": auth, "upstreams": [http_upstream("t", server.url, prefix="")],
+            "fences": {"store": pg_url, "replica_id": name}}), env={"DEX_REPLICA_SECRET": "rounds-test-secret"}))
+            for name in ("a", "b"))
+        for gateway in (a, b):
+            gateway.wait_for_log("catalog ready", timeout=30)
+        asked = result_of(post(a.url, "tools/call", write, key="del-c", token=tokens["alice"], extension=False,
+                               capabilities=asking))
+        assert asked["resultType"] == "input_required", asked
+        (key, _), = asked["inputRequests"].items()
+        rounds = {"inputResponses": {key: {"action": "accept", "content": {"confirm": True}}},
+                  "requestState": asked["requestState"]}
+        _, refused = post(b.url, "tools/call", {**write, **rounds}, key="del-c", token=tokens["bob"], extension=False,
+                          capabilities=asking)
+        assert refused["error"]["code"] == -32602 and "expired requestState" in refused["error"]["message"], refused
+        done = result_of(post(b.url, "tools/call", {**write, **rounds}, key="del-c", token=tokens["alice"],
+                              extension=False, capabilities=asking))
+        assert done["content"][0]["text"] == "deleted c.txt", done
+    assert len(read_executions(tmp_path / "up", tool="confirm_delete")) == 1
