@@ -1,6 +1,7 @@
 """The tools/call pipeline, the one path every entry shares:
 
-    route (once) -> parking (a 2026-07-28 client's call to an upstream that asks on the handshake era)
+    route (once) -> parking (a 2026-07-28 client's call to an upstream that asks on the handshake era,
+          or inside an upstream task the gateway follows)
           -> tasks (the task stage: a task created, or the call runs plain) -> the tail -> the round rule
           -> TaskCreated | Answered | InputRound (gateway/pipeline/stages.py)
 
@@ -164,17 +165,23 @@ class CallPipeline:
         return Answered(unanswerable(call.name, answer))  # only a 2026-07-28 client takes a round
 
     async def _upstream_may_ask(self, route: ToolRoute, call: ToolCall) -> bool:
-        """Whether the tool's upstream may ask the client something with a server-to-client request
-        (the handshake era; a 2026-07-28 upstream asks with input_required results itself) in a call
-        that does not run as a task (a client that takes tasks answers the task's questions): a
-        handshake-era upstream, or one that serves both eras and may take this caller's call on the
-        handshake era (the era per caller, `Upstream.may_take_on_handshake`)."""
+        """Whether the tool's upstream may ask the client something that only parking carries to a
+        2026-07-28 caller (a 2026-07-28 upstream's own input_required results pass through), in a
+        call that does not run as a gateway task (a client that takes tasks answers the task's
+        questions): a handshake-era upstream (server-to-client requests); one that serves both eras
+        and may take this caller's call on the handshake era (the era per caller,
+        `Upstream.may_take_on_handshake`); or a 2026-07-28 upstream that may run the plain call as a
+        task the gateway follows (its `inputRequests`, gateway/tasks/upstream.py)."""
         if route.upstream is None or client_takes_tasks(call.meta):
             return False  # a connector never asks
         upstream = self._upstreams.get(route.upstream)
         if upstream is None:
             return False
-        return Era.of(upstream.protocol_version) is Era.HANDSHAKE or await upstream.may_take_on_handshake(call.relay, route.target)
+        if Era.of(upstream.protocol_version) is Era.HANDSHAKE:
+            return True
+        if self._upstream_tasks is not None and self._upstream_tasks.follows_task(upstream):
+            return True
+        return await upstream.may_take_on_handshake(call.relay, route.target)
 
     async def tail(self, route: ToolRoute, call: ToolCall, *, admitted: bool = False) -> Answer:
         """The answer of a routed call (the pipeline's tail): a read is sent, a write without a key

@@ -202,8 +202,10 @@ class _ParkingRelay:
         key = f"{capability}-{self._numbers}"
         self.questions[key] = question
         self.changed.set()
-        await question.answer.wait()
-        self.questions.pop(key, None)
+        try:
+            await question.answer.wait()
+        finally:
+            self.questions.pop(key, None)  # answered, or no longer wanted (the work was cancelled)
         assert question.response is not None
         return question.response
 
@@ -272,10 +274,12 @@ class Parking:
         `input_required` round: a wire dict with `inputRequests` and the parked `requestState`."""
         if self.continues(rounds):
             state = str(rounds["requestState"])
-            parked: _Parked[Any] | None = self._parked.pop(state, None)
+            parked: _Parked[Any] | None = self._parked.get(state)
             if parked is None or parked.principal != principal or parked.target != target:
+                # Another principal's (or tool's) round leaves the state to its owner.
                 raise RequestError(INVALID_PARAMS, "Invalid or expired requestState: the questions were asked too "
                                    "long ago, or by a gateway process this one cannot reach; send the request again without it")
+            del self._parked[state]
             if parked.expiry is not None:
                 parked.expiry.cancel()
             parked.answer(rounds.get("inputResponses"))

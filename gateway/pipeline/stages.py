@@ -103,3 +103,8 @@ class UpstreamTaskRequests(Protocol):
     an upstream task and polls it to its end (gateway/tasks/requests.py)."""
 
     def for_call(self, upstream: "Upstream", route: "ToolRoute", call: ToolCall) -> Request | None: ...
+
+    def follows_task(self, upstream: "Upstream") -> bool:
+        """Whether a plain call may run as an upstream task the gateway follows (and whose
+        `input_required` questions it must then carry to the caller)."""
+        ...

@@ -35,6 +35,13 @@ class TaskRequests:
         self._clock = clock
         self._refuse_plain = refuse_plain
 
+    def follows_task(self, upstream: Upstream) -> bool:
+        """Whether a plain client's call may become an upstream task the gateway follows: a
+        2026-07-28 upstream that declares the tasks extension (unless `plain_required: refuse`
+        sends plain calls without it). Its `input_required` questions are the caller's to answer
+        (gateway/pipeline/calls.py parks such a call for a 2026-07-28 caller that can answer)."""
+        return not self._refuse_plain and upstream.offers_tasks
+
     def for_call(self, upstream: Upstream, route: ToolRoute, call: ToolCall) -> Request | None:
         """The request that sends `call` (None: a plain request on the upstream)."""
         version = upstream.protocol_version  # None before its first connection: decided when connected

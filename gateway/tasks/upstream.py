@@ -29,7 +29,7 @@ import anyio
 from ..auth.principals import Identity
 from ..conventions.keys import OUTCOME_KEY, Effect, Outcome
 from ..errors import RelayRefused, UpstreamError, UpstreamRpcError
-from ..upstreams.relay import CallRelay
+from ..upstreams.relay import CAPABILITY_OF, CallRelay
 from ..upstreams.upstream import Upstream
 from .polling import next_interval
 from ..pipeline.task_sink import UpstreamTaskSink
@@ -112,6 +112,7 @@ class UpstreamTaskCall:
         interval: float | None = None
         failures = 0
         seen: tuple[Any, ...] | None = None
+        answered: set[str] = set()  # input requests already answered (a poll may still list them)
         steps = 0
         modern = era is Era.MODERN
         while True:
@@ -145,14 +146,14 @@ class UpstreamTaskCall:
                 if relay is not None and message:
                     await relay.progress(steps, None, message)
             if modern:
-                done = await self._modern_step(task_id, status, task, inputs, relay)
+                done = await self._modern_step(task_id, status, task, inputs, relay, answered)
             else:
                 done = await self._handshake_step(task_id, status, relay)
             if done is not None:
                 return done
 
     async def _modern_step(self, task_id: str, status: str, task: dict[str, Any], inputs: dict[str, Any] | None,
-                           relay: CallRelay | None) -> dict[str, Any] | None:
+                           relay: CallRelay | None, answered: set[str]) -> dict[str, Any] | None:
         if status == "completed":
             result = task.get("result")
             return result if isinstance(result, dict) else {"content": [], "isError": False}
@@ -165,7 +166,11 @@ class UpstreamTaskCall:
         if status == "cancelled":
             return _cancelled(self.tool)
         if status == "input_required" and inputs and not (self.sink is not None and self.sink.carries_input):
-            return await self._answer_inputs(task_id, inputs, relay)
+            fresh = {k: v for k, v in inputs.items() if k not in answered}
+            if fresh:
+                done = await self._answer_inputs(task_id, fresh, relay)
+                answered.update(fresh)
+                return done
         return None
 
     async def _handshake_step(self, task_id: str, status: str, relay: CallRelay | None) -> dict[str, Any] | None:
@@ -181,18 +186,21 @@ class UpstreamTaskCall:
             raise
 
     async def _answer_inputs(self, task_id: str, inputs: dict[str, Any], relay: CallRelay | None) -> dict[str, Any] | None:
-        """A client that cannot see the task answers its input requests on its own request, if it can."""
-        responses: dict[str, Any] = {}
+        """A client that cannot see the task answers its input requests on its own request, if it
+        can: a handshake-era client on its session; a 2026-07-28 client in `input_required` rounds
+        of its call (the pipeline parked it: gateway/pipeline/rounds.py). The answers (a decline or
+        cancel too) go to the task with `tasks/update`, and the task is followed on."""
+        asked = {k: r for k, r in inputs.items() if isinstance(r, dict) and isinstance(r.get("method"), str)}
         try:
             if relay is None:
                 raise RelayRefused(-32601, "nobody is waiting on this call")
-            for key, request in inputs.items():
-                if isinstance(request, dict) and isinstance(request.get("method"), str):
-                    responses[key] = await relay.request(request["method"], request.get("params"))
+            responses = await _ask_all(relay, asked)
         except RelayRefused as exc:
             await self._cancel_quietly(task_id)
             text = (f"The tool {self.tool} needs input from the user ({', '.join(inputs)}), and this client cannot "
-                    f"provide it yet ({exc.message}); the task was cancelled. Call it as a task from a client that "
+                    f"provide it ({exc.message}); the task was cancelled. Call it from a client that declares "
+                    f"{_capabilities_text(asked)} in its requests (2026-07-28: the questions come as input_required "
+                    "rounds of the call) or on a live session, or call it as a task from a client that "
                     "declares the io.modelcontextprotocol/tasks extension to answer its questions.")
             return {"content": [{"type": "text", "text": text}], "isError": True}
         await self.upstream.request("tasks/update", declaring_tasks({"taskId": task_id, "inputResponses": responses}, Era.MODERN), caller=self.caller)
@@ -209,6 +217,36 @@ class UpstreamTaskCall:
                 await self.upstream.request("tasks/cancel", declaring_tasks({"taskId": task_id}, Era.of(version)), caller=self.caller)
             except UpstreamError as exc:
                 logger.info("upstream %s: tasks/cancel %s: %s", self.upstream.name, task_id, exc.reason)
+
+
+async def _ask_all(relay: CallRelay, asked: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Each input request's answer from the client. A 2026-07-28 client's relay is asked them all
+    at once (a parked call puts questions asked together in one round); a session, one by one.
+    Raises the first RelayRefused."""
+    responses: dict[str, Any] = {}
+    if not relay.modern:
+        for key, request in asked.items():
+            responses[key] = await relay.request(request["method"], request.get("params"))
+        return responses
+    refused: list[RelayRefused] = []
+    async with anyio.create_task_group() as tg:
+        async def ask(key: str, request: dict[str, Any]) -> None:
+            try:
+                responses[key] = await relay.request(request["method"], request.get("params"))
+            except RelayRefused as exc:
+                refused.append(exc)
+                tg.cancel_scope.cancel()
+
+        for key, request in asked.items():
+            tg.start_soon(ask, key, request)
+    if refused:
+        raise refused[0]
+    return responses
+
+
+def _capabilities_text(asked: dict[str, dict[str, Any]]) -> str:
+    names = sorted({CAPABILITY_OF.get(r["method"], r["method"]) for r in asked.values()})
+    return " and ".join(names) or "the capability its questions need"
 
 
 def _task_params(params: dict[str, Any], era: Era, ttl_ms: int) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from ..errors import (
 from .caller_sessions import CallerSessions
 from .credentials import Bearer, UpstreamCredentials
 from .relay import ASKING_CAPABILITIES, CAPABILITY_OF, CallRelay
+from ..protocol import TASKS_EXTENSION
 from ..telemetry.tracing import upstream_request_span
 from .channels.base import Channel
 from .channels.http import HttpChannel
@@ -255,6 +256,16 @@ class Upstream:
         """The era of the live connection (None before one is made)."""
         connection = self._connection
         return getattr(connection, "protocol_version", None) if connection is not None else None
+
+    @property
+    def offers_tasks(self) -> bool:
+        """Whether the live connection is 2026-07-28 and the upstream declares the tasks extension
+        there (it may run any call as a task: SEP-2663 lets the server decide per call)."""
+        connection = self._connection
+        if connection is None or getattr(connection, "protocol_version", None) != MODERN_VERSION:
+            return False
+        extensions = getattr(connection, "server_capabilities", {}).get("extensions")
+        return isinstance(extensions, dict) and TASKS_EXTENSION in extensions
 
     @property
     def last_known_era(self) -> str | None:

@@ -136,27 +136,31 @@ def test_a_handshake_only_host_gets_no_question_through_a_stateless_gateway(tmp_
 def test_tasks_on_2026_07_28_through_a_stateless_gateway(tmp_path: Path) -> None:
     """examples/servers/tasks_server.py (2026-07-28). `research` needs a task: the host declares the
     tasks extension on its call and polls the gateway's task to its report (modern_tasks.py).
-    `confirm_delete` may be a task (`optional`) and its upstream task asks: the host cannot tell it
-    from an augmented tool, calls it plainly, and the gateway cancels the task with a text naming
-    the extension (the documented limit: docs/agent-host.md "Protocol era"); it deletes nothing."""
+    `confirm_delete` may be a task (`optional`) and its upstream task asks: the host calls it
+    plainly, the gateway follows the upstream task and carries its question to the host as an
+    `input_required` round of the plain call (docs/tasks.md "Input"); the answer, given over the
+    host API, reaches the task, which deletes, once."""
     with start_http_server("tasks_server", state_dir=tmp_path / "t") as upstream:
         config = write_config(tmp_path, {"upstreams": [http_upstream("t", upstream.url, protocol="2026-07-28")]})
         with start_gateway(config) as gateway:
             gateway.wait_for_log("catalog ready", timeout=30)
-            outputs = []
-            for n, message in enumerate(('research {"topic": "owls", "seconds": 1}', 'confirm_delete {"filename": "a.txt"}')):
-                proc = dex_agent("--store", str(tmp_path / f"s{n}.db"), "run", "--gateway", gateway.url, "--model", SCRIPT,
-                                 "--yes", message, env=ENV)
-                try:
-                    assert proc.finish() == 0, proc.output
-                finally:
-                    proc.stop()
-                outputs.append(proc.output)
-    research, confirm = outputs
+            proc = dex_agent("--store", str(tmp_path / "s0.db"), "run", "--gateway", gateway.url, "--model", SCRIPT,
+                             "--yes", 'research {"topic": "owls", "seconds": 1}', env=ENV)
+            try:
+                assert proc.finish() == 0, proc.output
+            finally:
+                proc.stop()
+            research = proc.output
+
+            def check(question: dict[str, Any]) -> None:
+                assert question["kind"] == "elicitation" and question["question"] == "Delete a.txt?", question
+
+            confirm = answered_run(tmp_path / "s1.db", gateway.url, 'confirm_delete {"filename": "a.txt"}',
+                                   {"content": {"confirm": True}}, check=check).output
     assert "RESULTS t__research=Research report on owls: done in 4 stages." in research, research
     assert ".. t__research 1: research on owls: " in research, research  # a status message of the polled task
-    assert "declares the io.modelcontextprotocol/tasks extension" in confirm, confirm
-    assert "the task was cancelled" in confirm and "deleted a.txt" not in confirm, confirm
+    assert "RESULTS t__confirm_delete=deleted a.txt" in confirm, confirm
+    assert len(read_executions(tmp_path / "t", tool="confirm_delete")) == 1
 
 
 @pytest.mark.anyio

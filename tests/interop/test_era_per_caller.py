@@ -177,18 +177,13 @@ async def test_a_tool_the_upstream_runs_as_a_task_keeps_2026_and_asks_inside_the
     # examples/servers/tasks_server.py asks only inside a task (input_required): its tools declare
     # execution.taskSupport on the handshake era, so an askable caller of either era stays on
     # 2026-07-28, where the gateway follows the task. A handshake-era caller is asked on its session;
-    # a plain 2026-07-28 caller is told to call it as a task (the task's questions are not parked).
+    # a plain 2026-07-28 caller in input_required rounds of its call (the call is parked).
     with start_http_server("tasks_server", state_dir=tmp_path / "up") as server, \
             gateway_for(tmp_path, http_upstream("t", server.url, prefix="", keyless_writes="pass")) as gateway:
         recorder = Recorder()
         async with client(gateway.url, mode=mode, recorder=recorder) as caller:
             with anyio.fail_after(30):
                 result = await caller.call_tool("confirm_delete", {"filename": "a.txt"})
-        if mode == "legacy":
-            assert text_of(result) == "deleted a.txt", text_of(result)
-            assert recorder.asked == ["elicitation/create"]
-        else:
-            assert "Call it as a task from a client that declares the io.modelcontextprotocol/tasks extension" \
-                in text_of(result), text_of(result)
-            assert recorder.asked == []
+        assert text_of(result) == "deleted a.txt", text_of(result)
+        assert recorder.asked == ["elicitation/create"]
         assert "asks only through a session" not in gateway.log

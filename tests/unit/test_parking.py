@@ -85,6 +85,12 @@ async def test_a_round_of_another_principal_tool_or_an_unknown_state_is_refused(
         await parking.round(principal, target, ModernRelay(), {"inputResponses": {}, "requestState": state or round1["requestState"]},
                             asking_twice)
     assert refused.value.code == -32602 and "Invalid or expired requestState" in refused.value.message
+    # The refused round left the state to its owner: alice's own round goes on.
+    [key] = round1["inputRequests"]
+    round2 = await parking.round("alice", "tool", ModernRelay(), {
+        "inputResponses": {key: {"action": "accept", "content": {"name": "Ada"}}}, "requestState": round1["requestState"]},
+        asking_twice)
+    assert round2["resultType"] == "input_required" and round2["requestState"] != round1["requestState"]
 
 
 async def test_an_unanswered_round_expires_and_cancels_the_request(tg: anyio.abc.TaskGroup) -> None:
