@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -55,8 +55,10 @@ __all__ = ["GatewaySessionManager", "principal_of", "share_sessions"]
 
 logger = logging.getLogger(__name__)
 
-# An adopted session's connection and its stored state: the front restores what the session set.
-OnAdopt = Callable[[Any, SessionState], None]
+# An adopted session's connection, its stored state and its principal: the front restores what the session set.
+OnAdopt = Callable[[Any, SessionState, str], None]
+# An adopted session's connection, the ids of the tasks it watched, its principal: re-attached (app wiring).
+TasksAdopted = Callable[[Any, list[str], str], Coroutine[Any, Any, None]]
 
 
 def principal_of(requestor: AuthorizationContext | None) -> str:
@@ -157,11 +159,11 @@ class GatewaySessionManager(StreamableHTTPSessionManager):
         if transport is None:
             raise SessionLimitReached(503, f"Too many open sessions: {self.max_sessions} (server.max_sessions); "
                                            "try again later")
-        on_adopt = self.on_adopt
+        on_adopt, principal = self.on_adopt, principal_of(requestor)
 
         def restored(connection: Any) -> None:
             if on_adopt is not None:
-                on_adopt(connection, state)
+                on_adopt(connection, state, principal)
 
         async def run_server(*, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
             async with transport.connect() as (read_stream, write_stream):
@@ -253,18 +255,21 @@ class GatewaySessionManager(StreamableHTTPSessionManager):
 
 
 def share_sessions(manager: GatewaySessionManager, store: FrontSessionStore, sessions: Sessions, watch: ResourceWatch,
-                   *, spawn: Spawn) -> None:
+                   *, spawn: Spawn, tasks_adopted: TasksAdopted | None = None) -> None:
     """Replicas: the sessions' state goes to `store` as it changes, and an adopted session gets its
-    log level and subscriptions back (the upstream watched again for each URI)."""
+    log level, subscriptions and watched tasks back (the upstream watched again for each URI; the
+    tasks re-attached by `tasks_adopted`, which checks them against the task store)."""
     manager.session_store = store
     sessions.on_save(manager.save)
 
-    def adopted(connection: Any, state: SessionState) -> None:
+    def adopted(connection: Any, state: SessionState, principal: str) -> None:
         sessions.restore(connection, state)
 
         async def watch_again() -> None:
             for uri in state.resources:
                 await watch.hold(uri)
+            if tasks_adopted is not None and state.tasks:
+                await tasks_adopted(connection, list(state.tasks), principal)
 
         spawn(watch_again)
 

@@ -449,7 +449,13 @@ async def _build_runtime(
                         telemetry=ops.telemetry, parking=parking, policy=policy)
     ops.drain.watch_streams(front.listen)
     if session_store is not None and isinstance(front.manager, GatewaySessionManager):
-        share_sessions(front.manager, session_store, events.sessions, watch, spawn=lambda fn: spawn("adopted subscription", fn))
+        async def tasks_adopted(connection: Any, task_ids: list[str], principal: str) -> None:
+            if task_store is not None:  # an adopted session's watched tasks, its principal's only
+                read = task_store.get
+                await events.tasks_adopted(connection, task_ids, lambda task_id: read(task_id, principal))
+
+        share_sessions(front.manager, session_store, events.sessions, watch, spawn=lambda fn: spawn("adopted subscription", fn),
+                       tasks_adopted=tasks_adopted)
 
     async def connectors_changed() -> None:
         catalog.refresh_routes()
