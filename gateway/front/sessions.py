@@ -162,13 +162,16 @@ class Sessions:
         """The session was told of this task (a CreateTaskResult's `task`, a `tasks/get` answer):
         tell it of changes until it ends. True when the session did not watch it yet (the caller saves)."""
         state = self._state(ctx)
-        task_id, status = task.get("taskId"), task.get("status")
-        if state is None or not isinstance(task_id, str) or status not in TaskStatus.__members__.values():
+        task_id, status, message = task.get("taskId"), task.get("status"), task.get("statusMessage")
+        if state is None or not isinstance(task_id, str) or not isinstance(status, str):
             return False
-        if TaskStatus(status).terminal:
+        try:
+            if TaskStatus(status).terminal:
+                return False
+        except ValueError:
             return False
         new = task_id not in state.tasks
-        state.tasks[task_id] = (status, task.get("statusMessage"))
+        state.tasks[task_id] = (status, message if isinstance(message, str) else None)
         return new
 
     def _closed(self, resources: set[str]) -> None:
