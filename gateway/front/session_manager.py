@@ -277,9 +277,13 @@ def share_sessions(manager: GatewaySessionManager, store: FrontSessionStore, ses
         async def watch_again() -> None:
             for uri in state.resources:
                 await watch.hold(uri)
-            if tasks_adopted is not None and state.tasks:
+
+        async def tasks_again() -> None:
+            if tasks_adopted is not None:
                 await tasks_adopted(connection, list(state.tasks), principal)
 
         spawn(watch_again)
+        if state.tasks:
+            spawn(tasks_again)  # apart: an upstream that cannot be watched again does not stop it
 
     manager.on_adopt = adopted

@@ -463,7 +463,7 @@ async def _build_runtime(
                 read = task_store.get
                 await events.tasks_adopted(connection, task_ids, lambda task_id: read(task_id, principal))
 
-        share_sessions(front.manager, session_store, events.sessions, watch, spawn=lambda fn: spawn("adopted subscription", fn),
+        share_sessions(front.manager, session_store, events.sessions, watch, spawn=lambda fn: spawn("adopted session state", fn),
                        tasks_adopted=tasks_adopted, event_log=event_log)
 
     async def connectors_changed() -> None:
