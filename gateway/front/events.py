@@ -18,7 +18,7 @@ open, so their upstreams report updates.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import mcp_types as types
@@ -73,6 +73,19 @@ class ClientEvents:
         """A task this process changed: its status to the handshake-era session that created it
         (2026-07-28 clients poll `tasks/get`; the extension has no status notification)."""
         await self.sessions.task_status(task_fields(record, era=Era.HANDSHAKE), terminal=record.status.terminal)
+
+    async def tasks_adopted(self, connection: Any, task_ids: Iterable[str],
+                            read: Callable[[str], Awaitable[TaskRecord | None]]) -> None:
+        """An adopted session's watched tasks (`read`: a task of the session's principal, None when
+        it is not there): one that is gone is no longer watched; one that changed since the session
+        was last told (while no process held the session) is told now. Later changes reach it as
+        they reach any session: here, or from another replica through PostgreSQL."""
+        for task_id in task_ids:
+            record = await read(task_id)
+            if record is None:
+                self.sessions.unwatch_task(connection, task_id)
+            else:
+                await self.task_saved(record)
 
 
 class ListenStreams:

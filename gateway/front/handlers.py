@@ -144,7 +144,7 @@ class _Handlers:
                 request = parse_tool_call(ctx.params)
                 result = await self._p.tool_calls.result(_identity(ctx), request, self._relay(ctx), era=era)
             if era is Era.HANDSHAKE and isinstance(result.get("task"), dict):
-                self._p.sessions.watch_task(ctx, result["task"])  # a CreateTaskResult: tell of its changes
+                await self._watch_task(ctx, result["task"])  # a CreateTaskResult: tell of its changes
             return result
         if ctx.method == "tools/list":
             return await self._p.listing.result(_identity(ctx), era=era)
@@ -153,10 +153,17 @@ class _Handlers:
         if ctx.method in TASK_METHODS and self._p.tasks is not None:
             headers = ctx.request.headers if ctx.request is not None else None
             with _as_mcp_error():
-                return await answer_task_method(
+                answer = await answer_task_method(
                     self._p.tasks, ctx.method, ctx.params, _principal(ctx), era=era, headers=headers,
                 )
+            if era is Era.HANDSHAKE and ctx.method == "tasks/get" and isinstance(answer, dict):
+                await self._watch_task(ctx, answer)  # the principal's task (no other is answered): tell of its changes
+            return answer
         return await call_next(ctx)
+
+    async def _watch_task(self, ctx: ServerRequestContext[Any], task: dict[str, Any]) -> None:
+        if self._p.sessions.watch_task(ctx, task):
+            await self._p.sessions.save(ctx)  # watched: carried to a replica that adopts the session
 
     async def _interactive(self, ctx: ServerRequestContext[Any], call_next: Any, era: Era) -> Any:
         """`prompts/get` and `resources/read`: the upstream's answer, or (2026-07-28) its round of questions."""

@@ -15,7 +15,9 @@ its count and its buffered events are given back then.
 With replicas (`session_store`, gateway/storage/front_sessions.py) a session outlives the process
 that holds it: what it set is in the shared store (`save`), and a request for a session whose
 holder died is served by the replica it reaches, which adopts the session (`_serve_adopted`):
-its connection is rebuilt initialized, from the stored state, without a new `initialize`.
+its connection is rebuilt initialized, from the stored state, without a new `initialize`. The
+sessions' GET-stream events go to a shared log too (`event_log`, gateway/storage/front_events.py),
+so the adopting replica replays what the client missed (event_store.py).
 
 It touches SDK internals: `_admit_session`, `_discard_session`, `_handle_stateful_request`,
 `_server_instances` and the transport's `_event_store`; `tests/unit/test_sdk_internals.py` fails
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +50,7 @@ from .session_state import SessionState
 
 if TYPE_CHECKING:
     from ..pipeline.subscriptions import ResourceWatch
+    from ..storage.front_events import FrontEventLog
     from ..storage.front_sessions import FrontSessionStore
     from .sessions import Sessions, Spawn
 
@@ -55,8 +58,10 @@ __all__ = ["GatewaySessionManager", "principal_of", "share_sessions"]
 
 logger = logging.getLogger(__name__)
 
-# An adopted session's connection and its stored state: the front restores what the session set.
-OnAdopt = Callable[[Any, SessionState], None]
+# An adopted session's connection, its stored state and its principal: the front restores what the session set.
+OnAdopt = Callable[[Any, SessionState, str], None]
+# An adopted session's connection, the ids of the tasks it watched, its principal: re-attached (app wiring).
+TasksAdopted = Callable[[Any, list[str], str], Coroutine[Any, Any, None]]
 
 
 def principal_of(requestor: AuthorizationContext | None) -> str:
@@ -83,6 +88,7 @@ class GatewaySessionManager(StreamableHTTPSessionManager):
         self._open_by_principal: Counter[str] = Counter()
         self.forwarding = forwarding  # sessions other replicas hold (front/forwarding.py); set by the app
         self.session_store: FrontSessionStore | None = None  # sessions' state, shared (replicas); set by the app
+        self.event_log: FrontEventLog | None = None  # sessions' GET-stream events, shared (replicas); set by the app
         self.on_adopt: OnAdopt | None = None
         self._stopping = False
         self._adopting: dict[str, anyio.Lock] = {}  # session id -> held while a request adopts it
@@ -157,11 +163,11 @@ class GatewaySessionManager(StreamableHTTPSessionManager):
         if transport is None:
             raise SessionLimitReached(503, f"Too many open sessions: {self.max_sessions} (server.max_sessions); "
                                            "try again later")
-        on_adopt = self.on_adopt
+        on_adopt, principal = self.on_adopt, principal_of(requestor)
 
         def restored(connection: Any) -> None:
             if on_adopt is not None:
-                on_adopt(connection, state)
+                on_adopt(connection, state, principal)
 
         async def run_server(*, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
             async with transport.connect() as (read_stream, write_stream):
@@ -229,8 +235,9 @@ class GatewaySessionManager(StreamableHTTPSessionManager):
         self._principal_of[transport.mcp_session_id] = principal
         self._open_by_principal[principal] += 1
         if self._event_buffer > 0:
+            durable = self.event_log.session(transport.mcp_session_id) if self.event_log is not None else None
             set_event_store(transport, FrontEventStore(self._event_buffer, max_bytes=self._event_buffer_bytes,
-                                                       budget=self._budget, adopted=adopted))
+                                                       budget=self._budget, adopted=adopted, durable=durable))
         return transport
 
     async def _discard_session(self, session_id: str, transport: StreamableHTTPServerTransport) -> None:
@@ -246,26 +253,37 @@ class GatewaySessionManager(StreamableHTTPSessionManager):
         if principal is not None and self.session_store is not None and not self._stopping:
             try:
                 await self.session_store.forget(session_id)  # ended (DELETE, idle): nobody adopts it
-            except Exception:  # noqa: BLE001 - the row is swept later
+                if self.event_log is not None:
+                    await self.event_log.forget(session_id)
+            except Exception:  # noqa: BLE001 - the rows are swept later
                 logger.info("session …%s: could not remove its stored state", session_id[-12:], exc_info=True)
         await super()._discard_session(session_id, transport)
 
 
 
 def share_sessions(manager: GatewaySessionManager, store: FrontSessionStore, sessions: Sessions, watch: ResourceWatch,
-                   *, spawn: Spawn) -> None:
+                   *, spawn: Spawn, tasks_adopted: TasksAdopted | None = None, event_log: FrontEventLog | None = None) -> None:
     """Replicas: the sessions' state goes to `store` as it changes, and an adopted session gets its
-    log level and subscriptions back (the upstream watched again for each URI)."""
+    log level, subscriptions and watched tasks back (the upstream watched again for each URI; the
+    tasks re-attached by `tasks_adopted`, which checks them against the task store). `event_log`:
+    the sessions' GET-stream events, replayed by an adopting replica."""
     manager.session_store = store
+    manager.event_log = event_log
     sessions.on_save(manager.save)
 
-    def adopted(connection: Any, state: SessionState) -> None:
+    def adopted(connection: Any, state: SessionState, principal: str) -> None:
         sessions.restore(connection, state)
 
         async def watch_again() -> None:
             for uri in state.resources:
                 await watch.hold(uri)
 
+        async def tasks_again() -> None:
+            if tasks_adopted is not None:
+                await tasks_adopted(connection, list(state.tasks), principal)
+
         spawn(watch_again)
+        if state.tasks:
+            spawn(tasks_again)  # apart: an upstream that cannot be watched again does not stop it
 
     manager.on_adopt = adopted

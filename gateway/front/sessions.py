@@ -8,8 +8,9 @@ request go. For each such connection the gateway keeps:
   relayed; a 2026-07-28 upstream is asked for that level in each request's `_meta`);
 * the resources it subscribed to (`resources/subscribe`): `notifications/resources/updated`
   reach only those sessions, and the upstream is watched while any session holds the URI;
-* the tasks it created (`tools/call` with `task`) that have not ended, with the status it was
-  last told: `notifications/tasks/status` goes to that session when a task changes (here, or on
+* the tasks it watches, with the status it was last told: those it created (`tools/call` with
+  `task`) or asked `tasks/get` of (its principal's only: the method answers no other task), until
+  they end. `notifications/tasks/status` goes to that session when a task changes (here, or on
   another replica sharing PostgreSQL: gateway/storage/events.py).
 
 Connections are held weakly: a closed session is forgotten, and its subscriptions released.
@@ -17,7 +18,9 @@ A stateless request has no connection that outlives it, so nothing is kept for i
 
 With replicas (`on_save`), what a session set is also written to the shared store each time it
 changes (`save`), so another replica can adopt the session when this process dies (`restore`:
-gateway/front/session_manager.py).
+gateway/front/session_manager.py). Its watched tasks are written when one is added or ends, not
+on every status notice (a task's messages may change often): after an adoption the session
+may so be told a status again that it had heard from the dead replica.
 """
 
 from __future__ import annotations
@@ -31,7 +34,8 @@ from typing import Any
 from mcp.server import ServerRequestContext
 
 from ..internals import session_connection
-from .session_state import SessionState
+from ..tasks.records import TaskStatus
+from .session_state import SessionState, Told
 
 __all__ = ["LOG_LEVELS", "Sessions", "level_allows"]
 
@@ -63,7 +67,7 @@ class _State:
     level: str | None = None
     resources: set[str] = field(default_factory=set)
     # task id -> (status, status message) the session was last told (created: the CreateTaskResult).
-    tasks: dict[str, tuple[str, str | None]] = field(default_factory=dict)
+    tasks: dict[str, Told] = field(default_factory=dict)
 
 
 class Sessions:
@@ -82,18 +86,30 @@ class Sessions:
         handshake completed)."""
         connection = session_connection(ctx.session)
         state = self._state(ctx)
-        if self._save is None or state is None or connection is None:
+        if state is not None and connection is not None:
+            await self._save_connection(connection, state)
+
+    async def _save_connection(self, connection: Any, state: _State) -> None:
+        if self._save is None:
             return
         params, session_id = getattr(connection, "client_params", None), getattr(connection, "session_id", None)
         if params is None or not isinstance(session_id, str):
             return
-        await self._save(session_id, SessionState.of(connection.protocol_version, params, state.level, state.resources))
+        await self._save(session_id, SessionState.of(connection.protocol_version, params, state.level, state.resources,
+                                                     state.tasks))
 
     def restore(self, connection: Any, state: SessionState) -> None:
-        """An adopted session's connection takes the state it had on the replica that died."""
+        """An adopted session's connection takes the state it had on the replica that died (its
+        watched tasks too: the caller checks them against the task store, `unwatch_task`)."""
         kept = self._state_of(connection)
         kept.level = state.level
         kept.resources.update(state.resources)
+        kept.tasks.update(state.tasks)
+
+    def unwatch_task(self, connection: Any, task_id: str) -> None:
+        """An adopted session's task that is no longer there (expired, deleted): not watched."""
+        if (state := self._states.get(connection)) is not None:
+            state.tasks.pop(task_id, None)
 
     def on_release(self, release: Release, spawn: Spawn) -> None:
         """`release(uri)` runs (through `spawn`, in the background) for each URI a closed session held."""
@@ -142,11 +158,21 @@ class Sessions:
         state.resources.discard(uri)
         return True
 
-    def watch_task(self, ctx: ServerRequestContext[Any], task: dict[str, Any]) -> None:
-        """The session created this task (its CreateTaskResult's `task`): tell it of changes."""
+    def watch_task(self, ctx: ServerRequestContext[Any], task: dict[str, Any]) -> bool:
+        """The session was told of this task (a CreateTaskResult's `task`, a `tasks/get` answer):
+        tell it of changes until it ends. True when the session did not watch it yet (the caller saves)."""
         state = self._state(ctx)
-        if state is not None and isinstance(task.get("taskId"), str):
-            state.tasks[task["taskId"]] = (str(task.get("status")), task.get("statusMessage"))
+        task_id, status, message = task.get("taskId"), task.get("status"), task.get("statusMessage")
+        if state is None or not isinstance(task_id, str) or not isinstance(status, str):
+            return False
+        try:
+            if TaskStatus(status).terminal:
+                return False
+        except ValueError:
+            return False
+        new = task_id not in state.tasks
+        state.tasks[task_id] = (status, message if isinstance(message, str) else None)
+        return new
 
     def _closed(self, resources: set[str]) -> None:
         if self._release is None or self._spawn is None:
@@ -194,6 +220,8 @@ class Sessions:
             else:
                 state.tasks[task_id] = seen
             await _send(connection, "notify", "notifications/tasks/status", task)
+            if terminal:
+                await self._save_connection(connection, state)  # no longer watched: not carried to an adopter
 
 
 async def _send(connection: Any, method: str, *args: Any) -> None:

@@ -48,7 +48,9 @@ from ..storage.database import Database, opened
 from ..storage.events import ClusterEvents
 from ..storage.replicas import ReplicaDirectory
 from ..front.forwarding import RoundForwardingApp, SessionForwarding
+from ..front.event_store import EVENT_MAX_AGE_SECONDS
 from ..front.session_manager import GatewaySessionManager, share_sessions
+from ..storage.front_events import FrontEventLog
 from ..storage.front_sessions import FrontSessionStore
 from .drain import Drain
 from ..errors import UNAVAILABLE
@@ -162,6 +164,9 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
                      if secret and directory.enabled and config.server.stateful else None)
     forwarding = SessionForwarding(boot_id, secret, directory.url_of, session_store) \
         if secret and directory.enabled else None
+    # Their GET-stream events, shared, so the adopting replica replays what a client missed.
+    event_log = (FrontEventLog(database, max_events=config.server.sse_event_buffer, max_age_seconds=EVENT_MAX_AGE_SECONDS)
+                 if session_store is not None and config.server.sse_event_buffer > 0 else None)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -188,6 +193,7 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
             opened(open_approval_store(database)) as approval_store, opened(open_pin_store(database)) as pin_store,
             opened(open_resolution_store(database)) as resolutions, open_audit(config.audit, database) as audit,
             opened(session_store) if session_store is not None else contextlib.nullcontext(),
+            opened(event_log) if event_log is not None else contextlib.nullcontext(),
         ):
             if config.connectors.dir:
                 await connectors.load_dir(config.connectors.dir)
@@ -199,13 +205,15 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
             runtime = await _build_runtime(config, tg, store, authenticator, connectors, media, task_store, ops=ops,
                                            supervisor=supervisor, approval_store=approval_store, pins=pins, audit=audit,
                                            cluster=cluster, boot_id=boot_id, forwarding=forwarding,
-                                           session_store=session_store)
+                                           session_store=session_store, event_log=event_log)
             runtime.resolutions = resolutions
             if isinstance(runtime.manager, GatewaySessionManager) and config.server.stateful:
                 runtime.manager.forwarding = forwarding
             await directory.open()
             if session_store is not None:
                 await session_store.sweep(directory.table)
+            if event_log is not None:
+                tg.start_soon(supervisor.loop, "front event writer", event_log.run)
             if directory.enabled:
                 tg.start_soon(supervisor.loop, "replica heartbeat", directory.run_heartbeat)
             holder.runtime = runtime
@@ -381,6 +389,7 @@ async def _build_runtime(
     boot_id: str = "local",
     forwarding: SessionForwarding | None = None,
     session_store: FrontSessionStore | None = None,
+    event_log: FrontEventLog | None = None,
 ) -> Runtime:
     """`cluster`: events to and from the other replicas sharing PostgreSQL (gateway/storage/events.py)."""
     supervisor = supervisor or Supervisor(ops.telemetry.metrics)
@@ -449,7 +458,13 @@ async def _build_runtime(
                         telemetry=ops.telemetry, parking=parking, policy=policy)
     ops.drain.watch_streams(front.listen)
     if session_store is not None and isinstance(front.manager, GatewaySessionManager):
-        share_sessions(front.manager, session_store, events.sessions, watch, spawn=lambda fn: spawn("adopted subscription", fn))
+        async def tasks_adopted(connection: Any, task_ids: list[str], principal: str) -> None:
+            if task_store is not None:  # an adopted session's watched tasks, its principal's only
+                read = task_store.get
+                await events.tasks_adopted(connection, task_ids, lambda task_id: read(task_id, principal))
+
+        share_sessions(front.manager, session_store, events.sessions, watch, spawn=lambda fn: spawn("adopted session state", fn),
+                       tasks_adopted=tasks_adopted, event_log=event_log)
 
     async def connectors_changed() -> None:
         catalog.refresh_routes()

@@ -315,3 +315,22 @@ def test_a_stateful_session_is_told_of_its_tasks_status(setup: Setup, tmp_path: 
         types.TaskStatusNotificationParams.model_validate(params, by_name=False)
     assert told[-1]["ttl"] == 60_000 and told[-1]["createdAt"] == task["createdAt"]
     assert "notifications/tasks/status" not in untold
+
+
+def test_a_session_that_asked_tasks_get_is_told_of_the_tasks_status(setup: Setup, tmp_path: Path) -> None:
+    """A 2025-11-25 session that asked `tasks/get` of a task it did not create (its principal's:
+    no other is answered) is told of the task's changes from then on, its end included."""
+    config = write_config(tmp_path, {"server": {"stateful": True}, "upstreams": [http_upstream("t", setup.upstream_url)]})
+    with start_gateway(config) as gateway, httpx.Client(timeout=30) as http:
+        creator, asker = open_session(http, gateway.url), open_session(http, gateway.url)
+        created = http.post(gateway.url, headers=creator, json={
+            "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "t__slow_compute", "arguments": {"seconds": 2}, "task": {"ttl": 60_000}}})
+        task_id = next(m for m in sse_messages(created.text) if m.get("id") == 2)["result"]["task"]["taskId"]
+        asked = http.post(gateway.url, headers=asker, json={
+            "jsonrpc": "2.0", "id": 3, "method": "tasks/get", "params": {"taskId": task_id}})
+        assert next(m for m in sse_messages(asked.text) if m.get("id") == 3)["result"]["status"] == "working"
+        listener = StreamListener(gateway.url, asker, until='"completed"', seconds=15).start()
+        listener.join()
+    told = [p["status"] for p in listener.notifications("notifications/tasks/status") if p["taskId"] == task_id]
+    assert told[-1:] == ["completed"], listener.text
