@@ -54,7 +54,7 @@ CREATE TABLE IF NOT EXISTS questions (
   id TEXT PRIMARY KEY, session_id TEXT NOT NULL, turn_id TEXT NOT NULL, tool_call_id TEXT NOT NULL,
   question TEXT NOT NULL, choices TEXT, allows_free_text INTEGER NOT NULL, status TEXT NOT NULL,
   answer TEXT, answered_by TEXT, created_at DOUBLE PRECISION NOT NULL, decided_at DOUBLE PRECISION,
-  deadline DOUBLE PRECISION);
+  deadline DOUBLE PRECISION, kind TEXT NOT NULL DEFAULT 'ask_user', form TEXT, input_round TEXT);
 CREATE TABLE IF NOT EXISTS controls (
   id BIGSERIAL PRIMARY KEY, session_id TEXT NOT NULL, turn_id TEXT, kind TEXT NOT NULL,
   text TEXT, revision INTEGER, source TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL, applied_at DOUBLE PRECISION);
@@ -92,6 +92,13 @@ CREATE INDEX IF NOT EXISTS host_tasks_by_turn ON host_tasks (session_id, turn_id
 CREATE TABLE IF NOT EXISTS host_images (
   sha256 TEXT PRIMARY KEY, mime_type TEXT NOT NULL, size_bytes BIGINT NOT NULL, data BYTEA NOT NULL,
   created_at DOUBLE PRECISION NOT NULL);
+"""
+
+# Columns added to a table after a schema was first made: added to an older schema when opened.
+ADDED_COLUMNS = """
+ALTER TABLE questions ADD COLUMN IF NOT EXISTS kind TEXT NOT NULL DEFAULT 'ask_user';
+ALTER TABLE questions ADD COLUMN IF NOT EXISTS form TEXT;
+ALTER TABLE questions ADD COLUMN IF NOT EXISTS input_round TEXT;
 """
 
 # The generated key an INSERT into each table returns (`lastrowid`).
@@ -172,6 +179,7 @@ class PgConnection:
         async with conn.transaction():
             await conn.execute("SELECT pg_advisory_xact_lock($1)", self._lock_key)
             await conn.execute(SCHEMA)
+            await conn.execute(ADDED_COLUMNS)
         return conn
 
     def _call(self, coro: Any) -> Any:
