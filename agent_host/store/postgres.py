@@ -94,12 +94,13 @@ CREATE TABLE IF NOT EXISTS host_images (
   created_at DOUBLE PRECISION NOT NULL);
 """
 
-# Columns added to a table after a schema was first made: added to an older schema when opened.
-ADDED_COLUMNS = """
-ALTER TABLE questions ADD COLUMN IF NOT EXISTS kind TEXT NOT NULL DEFAULT 'ask_user';
-ALTER TABLE questions ADD COLUMN IF NOT EXISTS form TEXT;
-ALTER TABLE questions ADD COLUMN IF NOT EXISTS input_round TEXT;
-"""
+# Columns added to a table after a schema was first made (they are in SCHEMA too): added to an
+# older schema when it is opened, each only when missing (no table lock when nothing is to do).
+ADDED_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("questions", "kind", "TEXT NOT NULL DEFAULT 'ask_user'"),
+    ("questions", "form", "TEXT"),
+    ("questions", "input_round", "TEXT"),
+)
 
 # The generated key an INSERT into each table returns (`lastrowid`).
 _KEYS = {"messages": "seq", "events": "id", "controls": "id", "usage": "id", "compactions": "id", "queued_messages": "seq"}
@@ -179,7 +180,12 @@ class PgConnection:
         async with conn.transaction():
             await conn.execute("SELECT pg_advisory_xact_lock($1)", self._lock_key)
             await conn.execute(SCHEMA)
-            await conn.execute(ADDED_COLUMNS)
+            for table, column, declaration in ADDED_COLUMNS:
+                present = await conn.fetchval(
+                    "SELECT 1 FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2"
+                    " AND column_name = $3", self._schema, table, column)
+                if not present:
+                    await conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
         return conn
 
     def _call(self, coro: Any) -> Any:
