@@ -19,7 +19,7 @@ questions go by `tasks/update`, modern_tasks.py).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,7 +74,7 @@ async def _responses(current: Round, ask: RoundAsker | None) -> dict[str, Any]:
 
 
 async def call_in_rounds(
-    client: Client, name: str, arguments: dict[str, Any], meta: Mapping[str, Any], timeout: float,
+    client: Client, name: str, arguments: dict[str, Any], meta: types.RequestParamsMeta, timeout: float,
     on_progress: ProgressFnT | None, ask: RoundAsker | None, kept: KeptRound | None, notes: list[str],
 ) -> types.CallToolResult:
     """`tools/call` on `client` to its final result, each `input_required` round answered through
@@ -83,10 +83,12 @@ async def call_in_rounds(
     resume = await kept() if kept is not None else None
 
     async def send(responses: dict[str, Any] | None, state: str | None) -> types.CallToolResult | types.InputRequiredResult:
+        # The host answers elicitation only (anything else is declined): every response is one.
+        typed: types.InputResponses | None = None if responses is None else {
+            key: types.ElicitResult.model_validate(response) for key, response in responses.items()}
         return await session.call_tool(
             name, arguments, read_timeout_seconds=timeout, progress_callback=on_progress,
-            input_responses=responses, request_state=state, meta=dict(meta),  # type: ignore[arg-type]
-            allow_input_required=True,
+            input_responses=typed, request_state=state, meta=meta, allow_input_required=True,
         )
 
     if resume is not None:
