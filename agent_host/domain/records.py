@@ -159,6 +159,20 @@ class QuestionKind(StrEnum):
     ELICITATION = "elicitation"  # an upstream's elicitation/create (form mode) during a tool call
 
 
+class InputRound(BaseModel):
+    """One `input_required` round of a tool call, kept with each of its questions: the gateway's
+    `requestState` and `inputRequests` (wire form), the input request the question covers (`key`),
+    and the call it belongs to (tool, arguments, idempotency key), so that the round can be sent
+    after a restart with the old state under the same key."""
+
+    request_state: str | None = None
+    input_requests: dict[str, Any]
+    key: str
+    tool: str
+    arguments: dict[str, Any]
+    idempotency_key: str
+
+
 class QuestionRecord(BaseModel):
     """A question to the user: the model's `ask_user`, or an upstream's form (`kind` elicitation,
     `form` its requested schema, the answer the form's fields as JSON). Answered from the
@@ -179,6 +193,9 @@ class QuestionRecord(BaseModel):
     deadline: float | None = None
     kind: QuestionKind = QuestionKind.ASK_USER
     form: dict[str, Any] | None = None
+    # A 2026-07-28 `input_required` round this question answers part of (None for any other):
+    # what a restarted host needs to send that round with the gateway's state (never shown).
+    input_round: InputRound | None = None
 
 
 class ControlKind(StrEnum):

@@ -131,6 +131,14 @@ CANCELLED_BY_STEERING = (
     "calls that had not started were cancelled. Read the user's message and decide again."
 )
 CANCELLED_BY_TURN_CANCELLATION = "The tool call was not run: the user cancelled the turn."
+# A restarted host sent a call's pending round of questions, and the gateway no longer knew its
+# requestState: the call went again from the start, under its idempotency key.
+ROUND_STATE_UNKNOWN = (
+    "[The gateway no longer knew this call's pending round of questions (its requestState had "
+    "expired or was unknown after a restart), so the call was sent again from the start under its "
+    "idempotency key; the gateway's fence decided what ran.]"
+)
+
 TASK_ABANDONED = (
     f"{OUTCOME_UNKNOWN} (the user cancelled the turn while this call's long-running task was running; "
     "the task was asked to stop, but it may have done its work)"

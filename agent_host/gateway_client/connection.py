@@ -9,9 +9,9 @@ The protocol era (`--protocol`, docs/agent-host.md "Protocol era"):
 * `2025-11-25`: the `initialize` handshake; an upstream's question reaches the host as
   `elicitation/create` on the session (a stateful gateway only);
 * `2026-07-28`: no session; an upstream's question comes back as an `input_required` result, and
-  the SDK client sends the same request again with the answer and the gateway's `requestState`
-  (the same `_meta`, so the same idempotency key); a gateway that does not offer 2026-07-28 is
-  refused with a clear error;
+  the host sends the same request again with the answer and the gateway's `requestState` (the
+  same `_meta`, so the same idempotency key; rounds.py keeps each round across a restart); a
+  gateway that does not offer 2026-07-28 is refused with a clear error;
 * `auto` (the default): the handshake first; a gateway that opens no session (a stateless one,
   where the handshake era can be asked nothing) is spoken to on 2026-07-28 from then on, before
   the exchange's request leaves. A stateful gateway keeps the handshake era.
@@ -23,6 +23,7 @@ handled by `cancel_guard`.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any, Literal, get_args
@@ -38,6 +39,8 @@ from gateway.internals import FormOnlyElicitationClient, off_the_request_clock
 
 from ..domain.credentials import TOKEN_ENV, TOKEN_FILE_FLAG
 from .credential import Credential, CredentialError, StaticToken, as_credential
+
+log = logging.getLogger(__name__)
 
 _REFUSED = frozenset({401, 403})
 _SESSION_HEADER = "mcp-session-id"
@@ -63,6 +66,24 @@ async def answer_form(ask: FormAsker, params: types.ElicitRequestParams) -> type
     if action == "accept":
         return types.ElicitResult(action="accept", content=content)
     return types.ElicitResult(action="decline" if action == "decline" else "cancel")
+
+
+_ELICIT = "elicitation/create"
+
+
+async def answer_input_request(ask: FormAsker | None, request: Any) -> dict[str, Any]:
+    """One embedded input request's response (a task's, or an `input_required` round's): an
+    elicitation asked of the user through `ask`; anything else (the host declares only
+    elicitation), or no `ask`, declined."""
+    if ask is None or not isinstance(request, dict) or request.get("method") != _ELICIT:
+        return {"action": "decline"}
+    try:
+        params = types.ElicitRequest.model_validate(request).params
+    except ValueError as exc:
+        log.warning("an elicitation that is not valid was asked (%s): declined", describe(exc))
+        return {"action": "decline"}
+    result = await answer_form(ask, params)
+    return result.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
 def elicitation_callback(ask: FormAsker) -> ElicitationFnT:

@@ -32,7 +32,7 @@ from pydantic import ConfigDict, Field
 
 from gateway.protocol import TASKS_EXTENSION
 
-from .connection import FormAsker, answer_form, describe
+from .connection import FormAsker, answer_input_request, describe
 
 __all__ = ["TASKS_EXTENSION", "TaskAnswer", "TasksExtension"]
 
@@ -40,7 +40,6 @@ log = logging.getLogger(__name__)
 
 _TERMINAL = frozenset({"completed", "failed", "cancelled"})
 _MIN_POLL, _MAX_POLL = 0.1, 30.0
-_ELICIT = "elicitation/create"
 
 
 class TaskAnswer(types.Result):
@@ -104,25 +103,12 @@ class TasksExtension(ClientExtension):
                                             is_error=True)
             requests = task.get("inputRequests") if status == "input_required" else None
             if isinstance(requests, dict) and (todo := {k: v for k, v in requests.items() if k not in answered}):
-                responses = {key: await self._answer(request) for key, request in todo.items()}
+                responses = {key: await answer_input_request(self._ask_form, request) for key, request in todo.items()}
                 await task_request(session, "tasks/update", {"taskId": task_id, "inputResponses": responses})
                 answered.update(todo)
                 continue
             interval = task.get("pollIntervalMs", interval)
             await anyio.sleep(min(max((interval or 1000) / 1000, _MIN_POLL), _MAX_POLL))
-
-    async def _answer(self, request: Any) -> dict[str, Any]:
-        """One input request's response: an elicitation asked of the user; anything else (the host
-        declares only elicitation) declined."""
-        if self._ask_form is None or not isinstance(request, dict) or request.get("method") != _ELICIT:
-            return {"action": "decline"}
-        try:
-            params = types.ElicitRequest.model_validate(request).params
-        except ValueError as exc:
-            log.warning("a task asked an elicitation that is not valid (%s): declined", describe(exc))
-            return {"action": "decline"}
-        result = await answer_form(self._ask_form, params)
-        return result.model_dump(mode="json", by_alias=True, exclude_none=True)
 
     async def _cancel(self, session: ClientSession, task_id: str) -> None:
         try:

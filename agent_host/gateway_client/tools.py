@@ -39,6 +39,7 @@ from .modern_tasks import TasksExtension
 from .images import ImageLibrary, ImageReference, block_text, references_in
 from .resources import GatewayResources
 from .reissue import PriorAttempts, give_up, plan_attempts, resolve
+from .rounds import KeptRound, RoundAsker, call_in_rounds
 from .tasks import HostTasks, TaskCaller
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,10 @@ class CallRequest:
     effect: Effect
     prior: PriorAttempts = PriorAttempts()
     ask_form: FormAsker | None = None  # an upstream's form questions during the call go to the user
+    # On 2026-07-28: the asker of each `input_required` round's questions (the round is kept with
+    # them, rounds.py), and what finds the round an earlier run of the host kept (sent first).
+    ask_round: RoundAsker | None = None
+    kept_round: KeptRound | None = None
     on_task: Callable[[], Awaitable[None]] | None = None  # the call is a task now (its id is recorded)
 
 
@@ -242,8 +247,9 @@ class GatewayToolSource:
         plan = plan_attempts(effect, prior, self._clock())
         if not plan.sends:
             return call_result(name, give_up(name, effect, prior), prior.count)
+        notes: list[str] = []  # what the transcript should know of how the answer came (rounds.py)
         for attempt in range(plan.first, plan.last + 1):
-            event = await self._attempt(request, attempt, on_attempt, on_progress)
+            event = await self._attempt(request, attempt, on_attempt, on_progress, notes)
             if isinstance(event, NotSent) and attempt == 1:
                 return CallResult(status=CallStatus.NOT_RUN, text=texts.not_run(event.reason), attempts=0)
             resolved = resolve(name, effect, attempt, plan, event)
@@ -252,6 +258,8 @@ class GatewayToolSource:
                 kept = resolved if self._images is None else await self._images.keep_inline(resolved)
                 result = call_result(name, kept, sent)
                 result.found = found_tools(name, kept)
+                if notes:
+                    result.text = "\n".join([*dict.fromkeys(notes), result.text])
                 return result
             log.info("%s (key %s): attempt %d interrupted (%s); sending again", name, request.key, attempt, resolved.reason)
         raise AssertionError("resolve_attempt sends again only below the plan's last attempt")
@@ -283,7 +291,8 @@ class GatewayToolSource:
         return call_result(request.name, kept, attempt)
 
     async def _attempt(
-        self, request: CallRequest, attempt: int, on_attempt: OnAttempt | None, on_progress: OnProgress | None
+        self, request: CallRequest, attempt: int, on_attempt: OnAttempt | None, on_progress: OnProgress | None,
+        notes: list[str],
     ) -> AttemptEvent:
         exchange = _Exchange()
         # A tool that needs a task, on 2026-07-28: the call declares the tasks extension; a task
@@ -298,16 +307,24 @@ class GatewayToolSource:
                 if on_attempt is not None:
                     await on_attempt(attempt)  # counted (committed) before the request leaves
                 exchange.sent = True
-                # On 2026-07-28 an `input_required` answer is not the end: the SDK client asks
-                # `ask_form` (the elicitation callback) and sends the next round itself, with the
-                # gateway's requestState and this same `_meta` (the same idempotency key).
-                exchange.result = await client.call_tool(
-                    request.name,
-                    request.arguments,
-                    read_timeout_seconds=self._connection.call_timeout,
-                    progress_callback=on_progress,
-                    meta=cast(types.RequestParamsMeta, {IDEMPOTENCY_KEY: request.key}),
-                )
+                meta = cast(types.RequestParamsMeta, {IDEMPOTENCY_KEY: request.key})
+                if client.protocol_version == MODERN and not as_task and request.ask_round is not None:
+                    # On 2026-07-28 an `input_required` answer is not the end: each round's
+                    # questions are kept with its requestState before they are asked, and the next
+                    # round goes with the gateway's requestState and this same `_meta` (the same
+                    # idempotency key); a restarted host sends the kept round (rounds.py).
+                    exchange.result = await call_in_rounds(
+                        client, request.name, request.arguments, meta, self._connection.call_timeout, on_progress,
+                        request.ask_round, request.kept_round if attempt == request.prior.count + 1 else None, notes)
+                else:
+                    # The SDK client's own round driver: `ask_form` answers, rounds in memory.
+                    exchange.result = await client.call_tool(
+                        request.name,
+                        request.arguments,
+                        read_timeout_seconds=self._connection.call_timeout,
+                        progress_callback=on_progress,
+                        meta=meta,
+                    )
             return Replied(_answer(exchange.result))
 
         try:

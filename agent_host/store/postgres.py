@@ -54,7 +54,7 @@ CREATE TABLE IF NOT EXISTS questions (
   id TEXT PRIMARY KEY, session_id TEXT NOT NULL, turn_id TEXT NOT NULL, tool_call_id TEXT NOT NULL,
   question TEXT NOT NULL, choices TEXT, allows_free_text INTEGER NOT NULL, status TEXT NOT NULL,
   answer TEXT, answered_by TEXT, created_at DOUBLE PRECISION NOT NULL, decided_at DOUBLE PRECISION,
-  deadline DOUBLE PRECISION);
+  deadline DOUBLE PRECISION, kind TEXT NOT NULL DEFAULT 'ask_user', form TEXT, input_round TEXT);
 CREATE TABLE IF NOT EXISTS controls (
   id BIGSERIAL PRIMARY KEY, session_id TEXT NOT NULL, turn_id TEXT, kind TEXT NOT NULL,
   text TEXT, revision INTEGER, source TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL, applied_at DOUBLE PRECISION);
@@ -93,6 +93,14 @@ CREATE TABLE IF NOT EXISTS host_images (
   sha256 TEXT PRIMARY KEY, mime_type TEXT NOT NULL, size_bytes BIGINT NOT NULL, data BYTEA NOT NULL,
   created_at DOUBLE PRECISION NOT NULL);
 """
+
+# Columns added to a table after a schema was first made (they are in SCHEMA too): added to an
+# older schema when it is opened, each only when missing (no table lock when nothing is to do).
+ADDED_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("questions", "kind", "TEXT NOT NULL DEFAULT 'ask_user'"),
+    ("questions", "form", "TEXT"),
+    ("questions", "input_round", "TEXT"),
+)
 
 # The generated key an INSERT into each table returns (`lastrowid`).
 _KEYS = {"messages": "seq", "events": "id", "controls": "id", "usage": "id", "compactions": "id", "queued_messages": "seq"}
@@ -172,6 +180,12 @@ class PgConnection:
         async with conn.transaction():
             await conn.execute("SELECT pg_advisory_xact_lock($1)", self._lock_key)
             await conn.execute(SCHEMA)
+            for table, column, declaration in ADDED_COLUMNS:
+                present = await conn.fetchval(
+                    "SELECT 1 FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2"
+                    " AND column_name = $3", self._schema, table, column)
+                if not present:
+                    await conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
         return conn
 
     def _call(self, coro: Any) -> Any:

@@ -160,6 +160,7 @@ class SessionStore:
     cancel_waits = _OffThread(SqliteSessionStore.cancel_waits)
     create_question = _OffThread(SqliteSessionStore.create_question)
     get_question = _OffThread(SqliteSessionStore.get_question)
+    call_questions = _OffThread(SqliteSessionStore.call_questions)
     pending_questions = _OffThread(SqliteSessionStore.pending_questions)
     answer_question = _OffThread(SqliteSessionStore.answer_question)
     usage_totals = _OffThread(SqliteSessionStore.usage_totals)

@@ -98,7 +98,7 @@ _ADDED_COLUMNS: dict[str, list[tuple[str, str]]] = {
     ],
     "tool_calls": [("cancel_reason", "TEXT"), ("images", "TEXT")],
     "messages": [("message_id", "TEXT")],
-    "questions": [("kind", "TEXT NOT NULL DEFAULT 'ask_user'"), ("form", "TEXT")],
+    "questions": [("kind", "TEXT NOT NULL DEFAULT 'ask_user'"), ("form", "TEXT"), ("input_round", "TEXT")],
     # An older host kept only (key, task_id, tool, status, updated_at), in this file.
     "host_tasks": [("session_id", "TEXT"), ("turn_id", "TEXT"), ("tool_call_id", "TEXT"),
                    ("next_poll_at", "REAL NOT NULL DEFAULT 0"), ("polls", "INTEGER NOT NULL DEFAULT 0")],

@@ -130,12 +130,13 @@ class SqliteControls(SqliteBase):
         with self._tx() as db:
             cursor = db.execute(
                 "INSERT OR IGNORE INTO questions (id, session_id, turn_id, tool_call_id, question, choices, allows_free_text,"
-                " status, created_at, deadline, kind, form) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " status, created_at, deadline, kind, form, input_round) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     record.id, record.session_id, record.turn_id, record.tool_call_id, record.question,
                     json.dumps(record.choices) if record.choices is not None else None, int(record.allows_free_text),
                     record.status.value, record.created_at, record.deadline, record.kind.value,
                     json.dumps(record.form) if record.form is not None else None,
+                    record.input_round.model_dump_json() if record.input_round is not None else None,
                 ),
             )
             if cursor.rowcount:
@@ -157,7 +158,16 @@ class SqliteControls(SqliteBase):
         data["choices"] = json.loads(data["choices"]) if data["choices"] else None
         data["allows_free_text"] = bool(data["allows_free_text"])
         data["form"] = json.loads(data["form"]) if data.get("form") else None
+        data["input_round"] = json.loads(data["input_round"]) if data.get("input_round") else None
         return QuestionRecord.model_validate(data)
+
+    def call_questions(self, session_id: str, tool_call_id: str) -> list[QuestionRecord]:
+        """The questions asked during one tool call, oldest first."""
+        rows = self._db.execute(
+            "SELECT id FROM questions WHERE session_id = ? AND tool_call_id = ? ORDER BY created_at, id",
+            (session_id, tool_call_id),
+        ).fetchall()
+        return [q for q in (self.get_question(r["id"]) for r in rows) if q is not None]
 
     def pending_questions(self, session_id: str | None = None) -> list[QuestionRecord]:
         query, params = "SELECT id FROM questions WHERE status = ?", [QuestionStatus.PENDING.value]

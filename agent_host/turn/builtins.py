@@ -18,14 +18,17 @@ import anyio
 
 from ..approvals.decisions import first_decision
 from ..domain import texts
-from ..domain.cards import approval_id
 from ..domain.forms import FormError, check_form, form_fields
 from ..domain.parking import TurnParked
-from ..domain.records import CallStatus, PlanStatus, QuestionKind, QuestionRecord, QuestionStatus, ToolCallRecord, TurnMode
+from ..domain.records import (
+    CallStatus, InputRound, PlanStatus, QuestionKind, QuestionRecord, QuestionStatus, ToolCallRecord, TurnMode,
+)
 from ..gateway_client.connection import FormAsker
+from ..gateway_client.rounds import Round, RoundAsker
 from ..gateway_client.resources import GatewayResources, ResourceError
 from ..models.base import ToolSpec
 from ..store.session_store import SessionStore
+from .question_ids import input_question_id, question_id, round_question_id
 
 log = logging.getLogger(__name__)
 
@@ -131,11 +134,6 @@ class Questioner(Protocol):
         ...
 
 
-def question_id(session_id: str, tool_call_id: str) -> str:
-    """Deterministic, like approval ids: the same call asked again after a restart keeps its id."""
-    return approval_id(session_id, tool_call_id)
-
-
 class Builtins:
     """`ask_user` questions are stored (`questions`), so the terminal, the HTTP API and the web
     page can answer them; the first answer wins and the deadline rejects."""
@@ -209,29 +207,62 @@ class Builtins:
         async def ask(message: str, schema: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
             nonlocal asked
             asked += 1
-            try:
-                form_fields(schema)
-            except FormError as exc:
-                log.warning("%s asked a form the host cannot show (%s): declined", record.name, exc)
-                return "decline", None
-            if self._questioner is None and not self._api_answers:
-                return "decline", None
-            ident = question_id(record.session_id, f"{record.id}-input-{asked}")
-            text = message.strip() or texts.FORM_WITHOUT_MESSAGE
-            # Asked while the upstream's call is open: waited for here, never parked (the call
-            # cannot be put aside and picked up by another process).
-            decided = await self.ask(record, ident, text, None, True, QuestionKind.ELICITATION, schema, may_park=False)
-            if decided.status is QuestionStatus.ANSWERED and decided.answer:
-                return "accept", json.loads(decided.answer)
-            if decided.status is QuestionStatus.DECLINED:
-                return "decline", None
-            return "cancel", None  # past its deadline, or the turn was steered or cancelled
+            ident = input_question_id(record, asked)
+            return await self._form_question(record, ident, message, schema)
 
         return ask
+
+    def round_asker(self, record: ToolCallRecord) -> RoundAsker:
+        """Asks the questions of this call's 2026-07-28 `input_required` rounds: like `form_asker`,
+        but each question keeps its round (the gateway's requestState and input requests, the
+        input request it covers, the call's tool, arguments and key: `InputRound`), and a round
+        asked again (a restarted host resuming it) finds its questions and their answers by
+        (requestState, input request) instead of making new ones (`question_ids.round_question_id`)."""
+        numbering = anyio.Lock()  # a round's questions are asked together: their ids one at a time
+        given: set[str] = set()  # ids given here whose questions may not be stored yet
+
+        def for_key(current: Round, key: str) -> FormAsker:
+            kept = InputRound(request_state=current.request_state, input_requests=current.input_requests, key=key,
+                              tool=record.name, arguments=record.arguments, idempotency_key=record.idempotency_key)
+
+            async def ask(message: str, schema: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
+                async with numbering:
+                    asked = await self._store.call_questions(record.session_id, record.id)
+                    ident = round_question_id(record, asked, kept, given)
+                    given.add(ident)
+                return await self._form_question(record, ident, message, schema, kept)
+
+            return ask
+
+        return for_key
+
+    async def _form_question(
+        self, record: ToolCallRecord, ident: str, message: str, schema: dict[str, Any], kept: InputRound | None = None,
+    ) -> tuple[str, dict[str, Any] | None]:
+        """An upstream's form question (session question `ident`): `accept` with the form's fields,
+        `decline`, or `cancel` (past its deadline, the turn steered or cancelled)."""
+        try:
+            form_fields(schema)
+        except FormError as exc:
+            log.warning("%s asked a form the host cannot show (%s): declined", record.name, exc)
+            return "decline", None
+        if self._questioner is None and not self._api_answers:
+            return "decline", None
+        text = message.strip() or texts.FORM_WITHOUT_MESSAGE
+        # Asked while the upstream's call is open: waited for here, never parked (the call
+        # cannot be put aside and picked up by another process).
+        decided = await self.ask(record, ident, text, None, True, QuestionKind.ELICITATION, schema, may_park=False,
+                                 input_round=kept)
+        if decided.status is QuestionStatus.ANSWERED and decided.answer:
+            return "accept", json.loads(decided.answer)
+        if decided.status is QuestionStatus.DECLINED:
+            return "decline", None
+        return "cancel", None  # past its deadline, or the turn was steered or cancelled
 
     async def ask(
         self, record: ToolCallRecord, ident: str, text: str, choices: list[str] | None, free: bool,
         kind: QuestionKind = QuestionKind.ASK_USER, form: dict[str, Any] | None = None, *, may_park: bool = True,
+        input_round: InputRound | None = None,
     ) -> QuestionRecord:
         """Store the question (idempotent by id) and wait for its first decision: an answer (the
         terminal, the API, the page), a decline, or the deadline."""
@@ -240,7 +271,7 @@ class Builtins:
             id=ident, session_id=record.session_id, turn_id=record.turn_id,
             tool_call_id=record.id, question=text, choices=choices, allows_free_text=free,
             status=QuestionStatus.PENDING, created_at=now, kind=kind, form=form,
-            deadline=None if self._question_timeout is None else now + self._question_timeout,
+            deadline=None if self._question_timeout is None else now + self._question_timeout, input_round=input_round,
         ))
         if self._park and may_park and question.status is QuestionStatus.PENDING and (
             question.deadline is None or self._clock() < question.deadline

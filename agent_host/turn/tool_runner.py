@@ -20,6 +20,7 @@ from ..approvals.gate import ApprovalGate
 from ..domain import session_events, texts
 from ..domain.parking import TurnParked
 from ..domain.records import ApprovalStatus, CallStatus, CancelReason, ToolCallRecord
+from ..gateway_client.rounds import Round
 from ..gateway_client.tools import CallRequest, CallResult, PriorAttempts
 from ..store.session_store import SessionStore
 from .builtins import WRITE_TODOS, Builtins
@@ -178,6 +179,17 @@ class ToolRunner:
     async def _reload(self, record: ToolCallRecord) -> ToolCallRecord:
         return await self._store.get_tool_call(record.session_id, record.id)
 
+    async def _kept_round(self, record: ToolCallRecord) -> Round | None:
+        """The last 2026-07-28 round of questions an earlier run of the host kept for this call
+        (with its questions), to be sent first with its old requestState; None when there is none.
+        Read only when a plain call is sent on 2026-07-28 (a task's path has no await more)."""
+        if record.status is not CallStatus.SENT:
+            return None
+        kept = [q.input_round for q in await self._store.call_questions(record.session_id, record.id) if q.input_round]
+        if not kept or kept[-1].idempotency_key != record.idempotency_key:
+            return None
+        return Round(kept[-1].request_state, kept[-1].input_requests)
+
     async def _call_gateway(self, record: ToolCallRecord, on_task: Callable[[], Awaitable[None]] | None = None) -> CallResult:
         """One gateway call, with what the store knows of its earlier attempts."""
         ident = (record.session_id, record.id)
@@ -195,5 +207,6 @@ class ToolRunner:
             await self._events.tool_progress(record, progress, total, message)
 
         request = CallRequest(record.name, record.arguments, record.idempotency_key, Effect(record.effect), prior,
-                              ask_form=self._builtins.form_asker(record), on_task=on_task)
+                              ask_form=self._builtins.form_asker(record), on_task=on_task,
+                              ask_round=self._builtins.round_asker(record), kept_round=partial(self._kept_round, record))
         return await self._tools.call(request, on_attempt, on_progress)

@@ -95,7 +95,7 @@ class Scripted(GatewayToolSource):
         self.sent: list[tuple[str, int]] = []
 
     async def _attempt(self, request: CallRequest, attempt: int, on_attempt: OnAttempt | None,
-                       on_progress: OnProgress | None) -> AttemptEvent:
+                       on_progress: OnProgress | None, notes: list[str]) -> AttemptEvent:
         event = self.events.pop(0)
         if not isinstance(event, NotSent):
             if on_attempt is not None:

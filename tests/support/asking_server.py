@@ -16,7 +16,8 @@ HTTP with sessions, the SDK speaks both eras; the questions work only on the han
     sign_guestbook()    a non-idempotent write that asks the name (elicitation), then writes it:
                         answers "signed by <name> (entry <n>)", n counting this process's writes
     sign_up()           asks the user's name, then writes it down (one line in the state directory's
-                        executions.jsonl per write, `DEX_EXAMPLE_STATE_DIR`), answers "signed up <name>"
+                        executions.jsonl per write, `DEX_EXAMPLE_STATE_DIR`; one `sign_up:asked` line
+                        per start of the call), answers "signed up <name>"
 """
 
 from __future__ import annotations
@@ -98,13 +99,16 @@ async def refuse() -> str:
 
 @app.tool()
 async def sign_up(ctx: Context) -> str:
-    """Ask the user's name, then write it down (a write: counted in executions.jsonl)."""
+    """Ask the user's name, then write it down (a write: counted in executions.jsonl, and each
+    start of the call, before it asks, as `sign_up:asked`)."""
+    found = (ctx.request_context.meta or {}).get("io.superdurable.dex/idempotencyKey")
+    key = found if isinstance(found, str) else None
+    executions = ExecutionLog(state_dir() / EXECUTIONS_FILE, "asking")
+    executions.record("sign_up:asked", key, {})
     answer = await ctx.elicit("Your name, to sign you up?", Name)
     if answer.action != "accept" or answer.data is None:
         return f"not signed up ({answer.action})"
-    key = (ctx.request_context.meta or {}).get("io.superdurable.dex/idempotencyKey")
-    ExecutionLog(state_dir() / EXECUTIONS_FILE, "asking").record("sign_up", key if isinstance(key, str) else None,
-                                                                 {"name": answer.data.name})
+    executions.record("sign_up", key, {"name": answer.data.name})
     return f"signed up {answer.data.name}"
 
 
