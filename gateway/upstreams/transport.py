@@ -80,9 +80,12 @@ __all__ = [
     "HttpResponse",
     "HttpTransport",
     "ChunkedBody",
+    "ConnectionSlots",
+    "describe",
     "fd_headroom_error",
     "iter_lines",
     "ssl_context",
+    "upstream_url",
 ]
 
 USER_AGENT = "dex-mcp-gateway"
@@ -212,6 +215,62 @@ def ssl_context(ca_file: str | None = None) -> ssl.SSLContext:
 
     The system store is OpenSSL's default paths, which honour `SSL_CERT_FILE`/`SSL_CERT_DIR`."""
     return ssl.create_default_context(cafile=ca_file)
+
+
+def upstream_url(url: str, cache: dict[str, URL]) -> URL:
+    """`url` parsed (and kept in `cache`), or RequestNotSent when it is not http(s)://host[:port]/path."""
+    parsed = cache.get(url)
+    if parsed is None:
+        try:
+            parsed = URL(url)
+            parsed.port  # noqa: B018 - a malformed port raises here
+        except (ValueError, TypeError) as exc:
+            raise RequestNotSent(f"invalid URL {url!r}: {exc}") from None
+        if parsed.scheme not in ("http", "https") or not parsed.host:
+            raise RequestNotSent(f"invalid URL {url!r}: only http(s)://host[:port]/path is supported")
+        if len(cache) >= 64:
+            cache.clear()
+        cache[url] = parsed
+    return parsed
+
+
+class ConnectionSlots:
+    """`max_connections` exchanges in flight at once; one more waits up to `pool_timeout` seconds."""
+
+    __slots__ = ("_max", "_timeout", "_semaphore")
+
+    def __init__(self, max_connections: int | None, pool_timeout: float) -> None:
+        self._max = max_connections
+        self._timeout = pool_timeout
+        self._semaphore: anyio.Semaphore | None = None
+
+    async def take(self) -> anyio.Semaphore | None:
+        """A slot, taken (release it on the returned semaphore); None when there is no cap."""
+        if self._max is None:
+            return None
+        if self._semaphore is None:
+            self._semaphore = anyio.Semaphore(self._max)
+        slots = self._semaphore
+        try:
+            if slots.value > 0:
+                slots.acquire_nowait()  # a free connection: no timer, no trip through the event loop
+            else:
+                with anyio.fail_after(self._timeout):
+                    await slots.acquire()
+        except TimeoutError:
+            raise LocalLimitReached(
+                f"all {self._max} connections to the upstream (max_connections) stayed busy for "
+                f"{self._timeout:g} s (pool_timeout_seconds), so the request was not sent"
+            ) from None
+        return slots
+
+
+def describe(exc: BaseException) -> str:
+    """An exception as text for an error message: its type and its text."""
+    if isinstance(exc, asyncio.TimeoutError) and not str(exc):
+        return "timed out"
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 # -- aiohttp --------------------------------------------------------------------------------
@@ -386,7 +445,7 @@ class AiohttpTransport:
         self._max_response_bytes = max_response_bytes
         self._max_connections = max_connections
         self._pool_timeout = pool_timeout
-        self._slots: anyio.Semaphore | None = None
+        self._slots = ConnectionSlots(max_connections, pool_timeout)
         self._default_headers = {"user-agent": USER_AGENT, **{k.lower(): v for k, v in (default_headers or {}).items()}}
         self._ssl: ssl.SSLContext | bool = ssl_context if ssl_context is not None else True
         self._keepalive_expiry = keepalive_expiry
@@ -415,41 +474,14 @@ class AiohttpTransport:
         return self._session
 
     def _url(self, url: str) -> URL:
-        parsed = self._urls.get(url)
-        if parsed is None:
-            try:
-                parsed = URL(url)
-            except (ValueError, TypeError) as exc:
-                raise RequestNotSent(f"invalid URL {url!r}: {exc}") from None
-            if parsed.scheme not in ("http", "https") or not parsed.host:
-                raise RequestNotSent(f"invalid URL {url!r}: only http(s)://host[:port]/path is supported")
-            if len(self._urls) >= 64:
-                self._urls.clear()
-            self._urls[url] = parsed
-        return parsed
+        return upstream_url(url, self._urls)
 
     def stream(self, request: HttpRequest) -> AbstractAsyncContextManager[_AiohttpResponse]:
         return _Exchange(self, request)
 
     async def _slot(self) -> anyio.Semaphore | None:
         """A connection slot (max_connections), taken; None when the pool is not capped."""
-        if self._max_connections is None:
-            return None
-        if self._slots is None:
-            self._slots = anyio.Semaphore(self._max_connections)
-        slots = self._slots
-        try:
-            if slots.value > 0:
-                slots.acquire_nowait()  # a free connection: no timer, no trip through the event loop
-            else:
-                with anyio.fail_after(self._pool_timeout):
-                    await slots.acquire()
-        except TimeoutError:
-            raise LocalLimitReached(
-                f"all {self._max_connections} connections to the upstream (max_connections) stayed busy for "
-                f"{self._pool_timeout:g} s (pool_timeout_seconds), so the request was not sent"
-            ) from None
-        return slots
+        return await self._slots.take()
 
     async def _send(self, request: HttpRequest, url: URL) -> _AiohttpResponse:
         """The response to `request`, its head read."""
@@ -480,8 +512,4 @@ class AiohttpTransport:
             await session.close()
 
 
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, asyncio.TimeoutError) and not str(exc):
-        return "timed out"
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+_describe = describe
