@@ -99,7 +99,6 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
         self.busy = False  # an exchange is under way
-        self.used = False  # carried an exchange before (a reused connection is probed first)
         self.closed = False
         self.idle_since = 0.0
         self.error: str | None = None  # why the exchange broke
@@ -225,7 +224,6 @@ class _Connection(asyncio.Protocol):
 
     def begin(self) -> None:
         self.busy = True
-        self.used = True
         self.error = None
         self._reset()
 
