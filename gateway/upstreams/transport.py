@@ -1,4 +1,13 @@
-"""The upstream HTTP transport: one small interface, on aiohttp for `http://` and `https://`.
+"""The upstream HTTP transport: one small interface for `http://` and `https://`, and its rules.
+
+Two implementations keep this contract and run the same tests (tests/upstreams/, both clients):
+`Http11Transport` (gateway/upstreams/http11.py: asyncio Protocol + httptools' llhttp parser), the
+one the HTTP channel creates, and `AiohttpTransport` below, on aiohttp's client. The lean one is
+the default because aiohttp's general-purpose client was ~30 % of the gateway's CPU per call
+(py-spy) and ~150 of its ~900 Python calls per tools/call (docs/benchmarks.md, "The upstream
+HTTP client (issue 27)"). The shared pieces live here: the request/response types, `iter_lines`
+and `ChunkedBody`, `upstream_url`, `ConnectionSlots` (max_connections/pool_timeout),
+`fd_headroom_error`, `_peer_gone` (the idle-socket probe) and `ssl_context`.
 
 The HTTP channel (channels/http.py) speaks MCP over an `HttpTransport`, shaped like httpx's transports: one main
 method, `stream(request)`, an async context manager that sends the request and enters with the
@@ -15,7 +24,8 @@ Error meanings (classes in gateway/errors.py), the signal the outcome rules depe
 * `RequestMaybeSent` -- a connection was handed to the request, so its bytes may have reached
   the server: reset or EOF after writing, a malformed response, a read error in the body.
 
-How "did any byte leave" is known: `_Connector.connect` is the last step before aiohttp writes
+How "did any byte leave" is known (AiohttpTransport; Http11Transport draws the line at its own
+`transport.write`): `_Connector.connect` is the last step before aiohttp writes
 the request. Any failure up to and including it is `RequestNotSent`; once it returned, the
 write follows in the same event-loop step and every failure is `RequestMaybeSent`. A pooled
 keep-alive connection the server closed while idle is never handed out: aiohttp keeps reading
@@ -24,9 +34,9 @@ pending FIN/RST the loop has not processed yet, taking another connection instea
 inherent HTTP/1.1 race is left (the server's close crosses our request on the wire); it is
 reported as `RequestMaybeSent`, never retried.
 
-Never re-sent: aiohttp retries a request on a broken persistent connection only for methods
-in `aiohttp.client.IDEMPOTENT_METHODS` (GET, HEAD, OPTIONS, TRACE, PUT, DELETE), never POST,
-and redirects are not followed (a 307/308 would re-send a POST body), so a POST reaches the
+Never re-sent: Http11Transport writes a request once and never retries; aiohttp retries a
+request on a broken persistent connection only for methods in `aiohttp.client.IDEMPOTENT_METHODS`
+(GET, HEAD, OPTIONS, TRACE, PUT, DELETE), never POST. Redirects are not followed (a 307/308 would re-send a POST body), so a POST reaches the
 server at most once per `stream` call. Whether a call is sent again is the gateway's outcome
 rules' decision alone.
 
@@ -41,9 +51,12 @@ Caps (what one upstream can make the gateway hold):
   fails with `LocalLimitReached` (a `RequestNotSent`: nothing was sent). A new connection is not
   opened either when the process is near its open-file limit (`LocalLimitReached` alike).
 
+Header names must be HTTP tokens and values hold no CR, LF or NUL (Http11Transport refuses
+anything else with RequestNotSent naming the header), so no configured value can split the head.
+
 Pool settings: keep-alive idle expiry 4 s (below uvicorn's and Node's 5 s, so we drop an idle
-connection before the server does), TCP_NODELAY (aiohttp sets it on every connection), no
-cookies, no decompression (no Accept-Encoding is sent either), no redirects, no proxy or netrc
+connection before the server does), TCP_NODELAY (on every connection), no cookies, no
+decompression (no Accept-Encoding is sent either), no redirects, no proxy or netrc
 from the environment (upstreams are operator-configured endpoints; a proxy meant for other
 traffic must not silently carry MCP requests and their bearer headers).
 """

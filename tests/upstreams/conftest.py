@@ -41,3 +41,9 @@ async def transport(transport_class: Any) -> AsyncIterator[Any]:
         yield transport
     finally:
         await transport.aclose()
+
+
+@pytest.fixture(params=[pytest.param("asyncio", id="asyncio"), pytest.param(("asyncio", {"use_uvloop": True}), id="uvloop")])
+def both_loops(request: pytest.FixtureRequest) -> Any:
+    """The transport tests run on asyncio's own event loop and on uvloop (what `serve` runs on)."""
+    return request.param

@@ -26,6 +26,11 @@ from tests.upstreams.loopback import RawServer, ok, raw_server, reset, wait_for
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
 
+@pytest.fixture
+def anyio_backend(both_loops: Any) -> Any:
+    return both_loops
+
+
 async def post(transport: Any, url: str, body: bytes = b"{}") -> bytes:
     async with transport.stream(HttpRequest("POST", url, {"content-type": "application/json"}, body)) as response:
         return await response.aread()

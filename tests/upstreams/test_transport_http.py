@@ -17,6 +17,11 @@ from tests.upstreams.loopback import RawServer, WebServer, raw_server, web_serve
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
+
+@pytest.fixture
+def anyio_backend(both_loops: Any) -> Any:
+    return both_loops
+
 routes = web.RouteTableDef()
 
 

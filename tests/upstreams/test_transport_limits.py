@@ -19,6 +19,11 @@ from tests.upstreams.loopback import RawServer, ok, raw_server, wait_for
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
 
+@pytest.fixture
+def anyio_backend(both_loops: Any) -> Any:
+    return both_loops
+
+
 async def answer(stream: anyio.abc.SocketStream, server: RawServer, reply: bytes) -> None:
     buffer = bytearray()
     while await server.read_request(stream, buffer):

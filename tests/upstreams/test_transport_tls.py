@@ -26,6 +26,11 @@ from tests.upstreams.loopback import WebServer, self_signed, server_tls, web_ser
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
+
+@pytest.fixture
+def anyio_backend(both_loops: Any) -> Any:
+    return both_loops
+
 routes = web.RouteTableDef()
 
 
