@@ -83,7 +83,7 @@ class _Headers(dict[str, str]):
             raise KeyError(key)
         return self[lower]
 
-    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+    def get(self, key: str, default: Any = None) -> Any:
         try:
             return self[key]
         except KeyError:
@@ -303,6 +303,8 @@ class _Exchange:
         self._slot = await transport._slots.take()
         try:
             conn = self._conn = await transport._connection(url)
+            if conn.closed:  # a new connection the server closed (or wrote to) before our request
+                raise RequestNotSent(f"cannot connect to {url.host}:{url.port}: {conn.error or 'the server closed it at once'}")
             conn.begin()
             conn.transport.write(data)  # type: ignore[union-attr]
             # From here on, bytes may have left.
@@ -360,7 +362,7 @@ class Http11Transport:
         self._max_response_bytes = max_response_bytes
         self._slots = ConnectionSlots(max_connections, pool_timeout)
         self._urls: dict[str, URL] = {}
-        self._lines: dict[tuple[str, str], tuple[str, str]] = {}  # (method, url) -> request line, Host line
+        self._lines: dict[tuple[str, str], tuple[str, str, str]] = {}  # (method, url) -> _start_lines
         self._names: set[str] = set()  # header names already checked to be tokens
         self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
         self._open: set[_Connection] = set()
@@ -385,6 +387,8 @@ class Http11Transport:
                 if key not in _OWN_HEADERS:
                     headers[key] = value
         start = lines[0] if "host" in headers else lines[0] + lines[1]
+        if lines[2] and "authorization" not in headers:
+            start += lines[2]
         names = self._names
         for name in headers:
             if name not in names:
@@ -398,24 +402,26 @@ class Http11Transport:
             block += f"content-length: {len(body)}\r\n"
         try:
             head = f"{start}{block}\r\n".encode("utf-8", "surrogateescape")
-        except UnicodeEncodeError as exc:  # pragma: no cover - surrogateescape takes every str
+        except UnicodeEncodeError as exc:  # a lone surrogate that surrogateescape did not make
             raise RequestNotSent(f"the request head cannot be encoded: {exc}") from None
         return head + body if body else head
 
-    def _start_lines(self, method: str, raw: str, url: URL) -> tuple[str, str]:
+    def _start_lines(self, method: str, raw: str, url: URL) -> tuple[str, str, str]:
+        """The request line, the Host line, and an Authorization line from user:password@ in the
+        URL (HTTP Basic, as aiohttp did; a request's own Authorization header wins) or ""."""
         if not _TOKEN.fullmatch(method):
             raise RequestNotSent(f"invalid HTTP method {method!r}")
         target = url.raw_path_qs or "/"
         host = url.host_port_subcomponent
         if any(c in target or c in (host or "") for c in "\r\n\0 "):
             raise RequestNotSent(f"invalid URL {raw!r}: it holds a space, CR, LF or NUL")
-        start = f"{method} {target} HTTP/1.1\r\n"
-        if url.user is not None:  # user:password@ in the URL: HTTP Basic, as aiohttp did
+        basic = ""
+        if url.user is not None:
             secret = base64.b64encode(f"{url.user}:{url.password or ''}".encode()).decode()
-            start += f"authorization: Basic {secret}\r\n"
+            basic = f"authorization: Basic {secret}\r\n"
         if len(self._lines) >= 64:
             self._lines.clear()
-        lines = self._lines[(method, raw)] = (start, f"host: {host}\r\n")
+        lines = self._lines[(method, raw)] = (f"{method} {target} HTTP/1.1\r\n", f"host: {host}\r\n", basic)
         return lines
 
     def _check_name(self, name: str) -> None:
@@ -472,7 +478,7 @@ class Http11Transport:
         except (OSError, TimeoutError, ValueError) as exc:
             raise RequestNotSent(f"cannot connect to {where}: {describe(exc)}") from exc
         if self._closed:  # closed while connecting
-            conn.abort()
+            conn._close()
             raise RequestNotSent("the HTTP transport is closed")
         self._open.add(conn)
         return conn

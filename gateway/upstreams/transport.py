@@ -302,7 +302,14 @@ _ATTEMPT: contextvars.ContextVar[_Attempt | None] = contextvars.ContextVar("dex_
 _MAX_STALE_SKIPS = 8
 
 
-def _peer_gone(connection: _PooledConnection) -> bool:
+class _Pooled(Protocol):
+    """A pooled connection as `_peer_gone` sees it: aiohttp's Connection, http11's _Connection."""
+
+    @property
+    def transport(self) -> asyncio.BaseTransport | None: ...
+
+
+def _peer_gone(connection: _Pooled) -> bool:
     """Whether a pooled socket has something pending while idle: a FIN or RST (the server
     closed it) or unsolicited bytes (e.g. a 408). Either way it must not carry a request."""
     transport = connection.transport

@@ -255,3 +255,11 @@ async def test_iter_lines_splits_every_way() -> None:
     assert await run([b"x\r", b"\r\n"]) == ["x", ""]
     assert await run([b"\xff\n"]) == ["\ufffd"]
     assert await run([]) == []
+
+
+async def test_credentials_in_the_url_are_sent_as_basic_auth(server: WebServer, transport: Any) -> None:
+    url = server.url.replace("http://", "http://ops:s%40fe@") + "/headers"
+    async with transport.stream(HttpRequest("GET", url)) as response:
+        seen = json.loads(await response.aread())
+    assert seen["authorization"] == "Basic b3BzOnNAZmU="  # base64("ops:s@fe")
+    assert seen["host"] == server.url.removeprefix("http://")

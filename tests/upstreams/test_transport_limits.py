@@ -179,3 +179,26 @@ async def test_an_idle_connection_is_closed_at_the_expiry_without_a_next_request
         await wait_for(lambda: server.peer_eofs == 1, timeout=3)  # we closed it, not the server
     finally:
         await transport.aclose()
+
+
+async def test_a_request_authorization_header_wins_over_url_credentials(tg: anyio.abc.TaskGroup) -> None:
+    heads: list[bytes] = []
+
+    async def handler(stream: anyio.abc.SocketStream, server: RawServer) -> None:
+        data = await stream.receive()
+        heads.append(data)
+        await stream.send(ok(extra=b"connection: close\r\n"))
+
+    server = await raw_server(tg, handler)
+    transport = Http11Transport(connect_timeout=2)
+    try:
+        url = server.url.replace("http://", "http://u:p@")
+        async with transport.stream(HttpRequest("GET", url, {"Authorization": "Bearer t"})) as response:
+            await response.aread()
+        async with transport.stream(HttpRequest("GET", url)) as response:
+            await response.aread()
+    finally:
+        await transport.aclose()
+    assert heads[0].lower().count(b"authorization:") == 1 and b"authorization: Bearer t\r\n" in heads[0]
+    assert b"authorization: Basic dTpw\r\n" in heads[1]
+    assert heads[1].startswith(b"GET /mcp HTTP/1.1\r\nhost: 127.0.0.1:%d\r\n" % server.port)
