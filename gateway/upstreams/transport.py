@@ -1,4 +1,13 @@
-"""The upstream HTTP transport: one small interface, on aiohttp for `http://` and `https://`.
+"""The upstream HTTP transport: one small interface for `http://` and `https://`, and its rules.
+
+Two implementations keep this contract and run the same tests (tests/upstreams/, both clients):
+`Http11Transport` (gateway/upstreams/http11.py: asyncio Protocol + httptools' llhttp parser), the
+one the HTTP channel creates, and `AiohttpTransport` below, on aiohttp's client. The lean one is
+the default because aiohttp's general-purpose client was ~30 % of the gateway's CPU per call
+(py-spy) and ~150 of its ~900 Python calls per tools/call (docs/benchmarks.md, "The upstream
+HTTP client (issue 27)"). The shared pieces live here: the request/response types, `iter_lines`
+and `ChunkedBody`, `upstream_url`, `ConnectionSlots` (max_connections/pool_timeout),
+`fd_headroom_error`, `_peer_gone` (the idle-socket probe) and `ssl_context`.
 
 The HTTP channel (channels/http.py) speaks MCP over an `HttpTransport`, shaped like httpx's transports: one main
 method, `stream(request)`, an async context manager that sends the request and enters with the
@@ -15,7 +24,8 @@ Error meanings (classes in gateway/errors.py), the signal the outcome rules depe
 * `RequestMaybeSent` -- a connection was handed to the request, so its bytes may have reached
   the server: reset or EOF after writing, a malformed response, a read error in the body.
 
-How "did any byte leave" is known: `_Connector.connect` is the last step before aiohttp writes
+How "did any byte leave" is known (AiohttpTransport; Http11Transport draws the line at its own
+`transport.write`): `_Connector.connect` is the last step before aiohttp writes
 the request. Any failure up to and including it is `RequestNotSent`; once it returned, the
 write follows in the same event-loop step and every failure is `RequestMaybeSent`. A pooled
 keep-alive connection the server closed while idle is never handed out: aiohttp keeps reading
@@ -24,9 +34,9 @@ pending FIN/RST the loop has not processed yet, taking another connection instea
 inherent HTTP/1.1 race is left (the server's close crosses our request on the wire); it is
 reported as `RequestMaybeSent`, never retried.
 
-Never re-sent: aiohttp retries a request on a broken persistent connection only for methods
-in `aiohttp.client.IDEMPOTENT_METHODS` (GET, HEAD, OPTIONS, TRACE, PUT, DELETE), never POST,
-and redirects are not followed (a 307/308 would re-send a POST body), so a POST reaches the
+Never re-sent: Http11Transport writes a request once and never retries; aiohttp retries a
+request on a broken persistent connection only for methods in `aiohttp.client.IDEMPOTENT_METHODS`
+(GET, HEAD, OPTIONS, TRACE, PUT, DELETE), never POST. Redirects are not followed (a 307/308 would re-send a POST body), so a POST reaches the
 server at most once per `stream` call. Whether a call is sent again is the gateway's outcome
 rules' decision alone.
 
@@ -41,9 +51,12 @@ Caps (what one upstream can make the gateway hold):
   fails with `LocalLimitReached` (a `RequestNotSent`: nothing was sent). A new connection is not
   opened either when the process is near its open-file limit (`LocalLimitReached` alike).
 
+Header names must be HTTP tokens and values hold no CR, LF or NUL (Http11Transport refuses
+anything else with RequestNotSent naming the header), so no configured value can split the head.
+
 Pool settings: keep-alive idle expiry 4 s (below uvicorn's and Node's 5 s, so we drop an idle
-connection before the server does), TCP_NODELAY (aiohttp sets it on every connection), no
-cookies, no decompression (no Accept-Encoding is sent either), no redirects, no proxy or netrc
+connection before the server does), TCP_NODELAY (on every connection), no cookies, no
+decompression (no Accept-Encoding is sent either), no redirects, no proxy or netrc
 from the environment (upstreams are operator-configured endpoints; a proxy meant for other
 traffic must not silently carry MCP requests and their bearer headers).
 """
@@ -80,9 +93,12 @@ __all__ = [
     "HttpResponse",
     "HttpTransport",
     "ChunkedBody",
+    "ConnectionSlots",
+    "describe",
     "fd_headroom_error",
     "iter_lines",
     "ssl_context",
+    "upstream_url",
 ]
 
 USER_AGENT = "dex-mcp-gateway"
@@ -214,6 +230,62 @@ def ssl_context(ca_file: str | None = None) -> ssl.SSLContext:
     return ssl.create_default_context(cafile=ca_file)
 
 
+def upstream_url(url: str, cache: dict[str, URL]) -> URL:
+    """`url` parsed (and kept in `cache`), or RequestNotSent when it is not http(s)://host[:port]/path."""
+    parsed = cache.get(url)
+    if parsed is None:
+        try:
+            parsed = URL(url)
+            parsed.port  # noqa: B018 - a malformed port raises here
+        except (ValueError, TypeError) as exc:
+            raise RequestNotSent(f"invalid URL {url!r}: {exc}") from None
+        if parsed.scheme not in ("http", "https") or not parsed.host:
+            raise RequestNotSent(f"invalid URL {url!r}: only http(s)://host[:port]/path is supported")
+        if len(cache) >= 64:
+            cache.clear()
+        cache[url] = parsed
+    return parsed
+
+
+class ConnectionSlots:
+    """`max_connections` exchanges in flight at once; one more waits up to `pool_timeout` seconds."""
+
+    __slots__ = ("_max", "_timeout", "_semaphore")
+
+    def __init__(self, max_connections: int | None, pool_timeout: float) -> None:
+        self._max = max_connections
+        self._timeout = pool_timeout
+        self._semaphore: anyio.Semaphore | None = None
+
+    async def take(self) -> anyio.Semaphore | None:
+        """A slot, taken (release it on the returned semaphore); None when there is no cap."""
+        if self._max is None:
+            return None
+        if self._semaphore is None:
+            self._semaphore = anyio.Semaphore(self._max)
+        slots = self._semaphore
+        try:
+            if slots.value > 0:
+                slots.acquire_nowait()  # a free connection: no timer, no trip through the event loop
+            else:
+                with anyio.fail_after(self._timeout):
+                    await slots.acquire()
+        except TimeoutError:
+            raise LocalLimitReached(
+                f"all {self._max} connections to the upstream (max_connections) stayed busy for "
+                f"{self._timeout:g} s (pool_timeout_seconds), so the request was not sent"
+            ) from None
+        return slots
+
+
+def describe(exc: BaseException) -> str:
+    """An exception as text for an error message: its type and its text."""
+    if isinstance(exc, asyncio.TimeoutError) and not str(exc):
+        return "timed out"
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 # -- aiohttp --------------------------------------------------------------------------------
 
 
@@ -230,7 +302,14 @@ _ATTEMPT: contextvars.ContextVar[_Attempt | None] = contextvars.ContextVar("dex_
 _MAX_STALE_SKIPS = 8
 
 
-def _peer_gone(connection: _PooledConnection) -> bool:
+class _Pooled(Protocol):
+    """A pooled connection as `_peer_gone` sees it: aiohttp's Connection, http11's _Connection."""
+
+    @property
+    def transport(self) -> asyncio.BaseTransport | None: ...
+
+
+def _peer_gone(connection: _Pooled) -> bool:
     """Whether a pooled socket has something pending while idle: a FIN or RST (the server
     closed it) or unsolicited bytes (e.g. a 408). Either way it must not carry a request."""
     transport = connection.transport
@@ -386,7 +465,7 @@ class AiohttpTransport:
         self._max_response_bytes = max_response_bytes
         self._max_connections = max_connections
         self._pool_timeout = pool_timeout
-        self._slots: anyio.Semaphore | None = None
+        self._slots = ConnectionSlots(max_connections, pool_timeout)
         self._default_headers = {"user-agent": USER_AGENT, **{k.lower(): v for k, v in (default_headers or {}).items()}}
         self._ssl: ssl.SSLContext | bool = ssl_context if ssl_context is not None else True
         self._keepalive_expiry = keepalive_expiry
@@ -415,41 +494,14 @@ class AiohttpTransport:
         return self._session
 
     def _url(self, url: str) -> URL:
-        parsed = self._urls.get(url)
-        if parsed is None:
-            try:
-                parsed = URL(url)
-            except (ValueError, TypeError) as exc:
-                raise RequestNotSent(f"invalid URL {url!r}: {exc}") from None
-            if parsed.scheme not in ("http", "https") or not parsed.host:
-                raise RequestNotSent(f"invalid URL {url!r}: only http(s)://host[:port]/path is supported")
-            if len(self._urls) >= 64:
-                self._urls.clear()
-            self._urls[url] = parsed
-        return parsed
+        return upstream_url(url, self._urls)
 
     def stream(self, request: HttpRequest) -> AbstractAsyncContextManager[_AiohttpResponse]:
         return _Exchange(self, request)
 
     async def _slot(self) -> anyio.Semaphore | None:
         """A connection slot (max_connections), taken; None when the pool is not capped."""
-        if self._max_connections is None:
-            return None
-        if self._slots is None:
-            self._slots = anyio.Semaphore(self._max_connections)
-        slots = self._slots
-        try:
-            if slots.value > 0:
-                slots.acquire_nowait()  # a free connection: no timer, no trip through the event loop
-            else:
-                with anyio.fail_after(self._pool_timeout):
-                    await slots.acquire()
-        except TimeoutError:
-            raise LocalLimitReached(
-                f"all {self._max_connections} connections to the upstream (max_connections) stayed busy for "
-                f"{self._pool_timeout:g} s (pool_timeout_seconds), so the request was not sent"
-            ) from None
-        return slots
+        return await self._slots.take()
 
     async def _send(self, request: HttpRequest, url: URL) -> _AiohttpResponse:
         """The response to `request`, its head read."""
@@ -480,8 +532,4 @@ class AiohttpTransport:
             await session.close()
 
 
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, asyncio.TimeoutError) and not str(exc):
-        return "timed out"
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+_describe = describe

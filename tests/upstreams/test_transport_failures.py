@@ -1,10 +1,12 @@
-"""AiohttpTransport's "did any byte of this request leave" signal, against real loopback peers:
+"""The HTTP transports' "did any byte of this request leave" signal, against real loopback peers:
 RequestNotSent only when provably nothing was sent, RequestMaybeSent otherwise, and never a
-transport-level re-send of a POST (a stale keep-alive connection included)."""
+transport-level re-send of a POST (a stale keep-alive connection included). Each test runs
+against both transports (tests/upstreams/conftest.py)."""
 
 from __future__ import annotations
 
 import socket
+import sys
 import time
 from typing import Any
 
@@ -17,13 +19,19 @@ from aiohttp.abc import AbstractResolver
 
 from gateway.errors import RequestMaybeSent, RequestNotSent
 from gateway.upstreams import transport as transport_module
+from gateway.upstreams.http11 import Http11Transport
 from gateway.upstreams.transport import AiohttpTransport, HttpRequest
 from tests.upstreams.loopback import RawServer, ok, raw_server, reset, wait_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
 
-async def post(transport: AiohttpTransport, url: str, body: bytes = b"{}") -> bytes:
+@pytest.fixture
+def anyio_backend(both_loops: Any) -> Any:
+    return both_loops
+
+
+async def post(transport: Any, url: str, body: bytes = b"{}") -> bytes:
     async with transport.stream(HttpRequest("POST", url, {"content-type": "application/json"}, body)) as response:
         return await response.aread()
 
@@ -39,19 +47,19 @@ def free_port() -> int:
 # -- provably not sent ------------------------------------------------------------------------
 
 
-async def test_connection_refused_is_not_sent(transport: AiohttpTransport) -> None:
+async def test_connection_refused_is_not_sent(transport: Any) -> None:
     with pytest.raises(RequestNotSent, match="cannot connect to 127.0.0.1"):
         await post(transport, f"http://127.0.0.1:{free_port()}/mcp")
 
 
-async def test_connect_timeout_is_not_sent() -> None:
+async def test_connect_timeout_is_not_sent(transport_class: Any) -> None:
     # A listener with a full backlog and no accept(): SYNs go unanswered, connect() hangs.
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(0)
     port = listener.getsockname()[1]
     fillers = []
-    transport = AiohttpTransport(connect_timeout=0.3)
+    transport = transport_class(connect_timeout=0.3)
     try:
         for _ in range(4):
             filler = socket.socket()
@@ -80,8 +88,15 @@ class FailingResolver(AbstractResolver):
         return None
 
 
-async def test_dns_failure_is_not_sent() -> None:
-    transport = AiohttpTransport(connect_timeout=2, resolver=FailingResolver())
+async def failing_resolve(host: str, port: int) -> str:
+    raise OSError(-2, "Name or service not known")
+
+
+async def test_dns_failure_is_not_sent(transport_class: Any) -> None:
+    if transport_class is AiohttpTransport:
+        transport = AiohttpTransport(connect_timeout=2, resolver=FailingResolver())
+    else:
+        transport = Http11Transport(connect_timeout=2, resolve=failing_resolve)
     try:
         with pytest.raises(RequestNotSent, match="Name or service not known"):
             await post(transport, "http://upstream.invalid/mcp")
@@ -90,14 +105,14 @@ async def test_dns_failure_is_not_sent() -> None:
 
 
 @pytest.mark.parametrize("url", ["ftp://x/", "http:///nohost", "http://127.0.0.1:notaport/", "mcp"])
-async def test_invalid_urls_are_not_sent(transport: AiohttpTransport, url: str) -> None:
+async def test_invalid_urls_are_not_sent(transport: Any, url: str) -> None:
     with pytest.raises(RequestNotSent, match="invalid URL"):
         await post(transport, url)
 
 
-async def test_closed_transport_is_not_sent(tg: anyio.abc.TaskGroup) -> None:
+async def test_closed_transport_is_not_sent(tg: anyio.abc.TaskGroup, transport_class: Any) -> None:
     server = await raw_server(tg, answer_forever)
-    transport = AiohttpTransport(connect_timeout=2)
+    transport = transport_class(connect_timeout=2)
     assert await post(transport, server.url) == b'{"ok":true}'
     await transport.aclose()
     with pytest.raises(RequestNotSent, match="closed"):
@@ -115,7 +130,7 @@ async def answer_forever(stream: anyio.abc.SocketStream, server: RawServer) -> N
 
 
 async def test_idle_connection_closed_by_the_server_is_replaced_not_maybe_sent(
-    tg: anyio.abc.TaskGroup, transport: AiohttpTransport
+    tg: anyio.abc.TaskGroup, transport: Any
 ) -> None:
     """The server closes idle keep-alive connections (as uvicorn and Node do after 5 s): the
     next request goes on a fresh connection and reaches the server exactly once."""
@@ -133,7 +148,7 @@ async def test_idle_connection_closed_by_the_server_is_replaced_not_maybe_sent(
 
 
 async def test_fin_the_loop_has_not_read_yet_is_caught_by_the_probe(
-    tg: anyio.abc.TaskGroup, transport: AiohttpTransport
+    tg: anyio.abc.TaskGroup, transport: Any
 ) -> None:
     """The server's FIN sits in the kernel while the event loop has not processed it (simulated by
     pausing reads on the pooled socket): aiohttp still thinks the connection is fine; the
@@ -141,12 +156,12 @@ async def test_fin_the_loop_has_not_read_yet_is_caught_by_the_probe(
 
     server, pooled = await _closed_while_unread(tg, transport)
     await wait_for(lambda: transport_module._peer_gone(_Conn(pooled[0])))  # the FIN is in our kernel
-    assert pooled[0].is_connected()  # aiohttp has not noticed
+    assert not pooled[0].is_closing()  # the transport has not noticed
     assert await post(transport, server.url) == b'{"ok":true}'
     assert server.requests == 2 and server.connections == 2
 
 
-async def _closed_while_unread(tg: anyio.abc.TaskGroup, transport: AiohttpTransport) -> tuple[RawServer, list[Any]]:
+async def _closed_while_unread(tg: anyio.abc.TaskGroup, transport: Any) -> tuple[RawServer, list[Any]]:
     """One answered request, then the server closes the pooled connection while our event loop
     does not read it (reads paused): the FIN waits in the kernel. The server and the pool."""
 
@@ -158,23 +173,30 @@ async def _closed_while_unread(tg: anyio.abc.TaskGroup, transport: AiohttpTransp
 
     server = await raw_server(tg, handler)
     assert await post(transport, server.url) == b'{"ok":true}'
-    pooled = [proto for protos in transport._client().connector._conns.values() for proto, _ in protos]  # type: ignore[union-attr]
-    assert len(pooled) == 1 and pooled[0].transport is not None
-    pooled[0].transport.pause_reading()
+    pooled = _pooled_sockets(transport)
+    assert len(pooled) == 1
+    pooled[0].pause_reading()
     server.event("pause").set()
     await server.event("closed-1").wait()
     return server, pooled
 
 
-class _Conn:
-    """The one attribute `_peer_gone` reads of an aiohttp Connection."""
+def _pooled_sockets(transport: Any) -> list[Any]:
+    """The asyncio transports of the idle pooled connections (each client keeps its own pool)."""
+    if isinstance(transport, AiohttpTransport):
+        return [proto.transport for protos in transport._client().connector._conns.values() for proto, _ in protos]  # type: ignore[union-attr]
+    return [conn.transport for conns in transport._idle.values() for conn in conns]
 
-    def __init__(self, protocol: Any) -> None:
-        self.transport = protocol.transport
+
+class _Conn:
+    """The one attribute `_peer_gone` reads of a pooled connection."""
+
+    def __init__(self, socket_transport: Any) -> None:
+        self.transport = socket_transport
 
 
 async def test_without_the_probe_that_race_is_maybe_sent_and_never_resent(
-    tg: anyio.abc.TaskGroup, transport: AiohttpTransport, monkeypatch: pytest.MonkeyPatch
+    tg: anyio.abc.TaskGroup, transport: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The inherent HTTP/1.1 race (the server's close crosses our request): with the probe off
     the POST is written to the dead socket. It is reported maybe-sent, and aiohttp does not
@@ -184,7 +206,8 @@ async def test_without_the_probe_that_race_is_maybe_sent_and_never_resent(
         connection.transport.resume_reading()  # the loop reads again, after the write below
         return False
 
-    monkeypatch.setattr(transport_module, "_peer_gone", probe_sees_nothing)
+    # Where the transport under test looks the probe up (http11 imports it from transport).
+    monkeypatch.setattr(sys.modules[type(transport).__module__], "_peer_gone", probe_sees_nothing)
 
     server, _ = await _closed_while_unread(tg, transport)
     with pytest.raises(RequestMaybeSent):
@@ -200,7 +223,7 @@ def test_aiohttp_never_retries_a_post_by_itself() -> None:
     assert "POST" not in aiohttp.client.IDEMPOTENT_METHODS
 
 
-async def test_reset_after_reading_the_request_is_maybe_sent(tg: anyio.abc.TaskGroup, transport: AiohttpTransport) -> None:
+async def test_reset_after_reading_the_request_is_maybe_sent(tg: anyio.abc.TaskGroup, transport: Any) -> None:
     async def handler(stream: anyio.abc.SocketStream, server: RawServer) -> None:
         if await server.read_request(stream, bytearray()):
             reset(stream)
@@ -211,19 +234,20 @@ async def test_reset_after_reading_the_request_is_maybe_sent(tg: anyio.abc.TaskG
     assert server.requests == 1 and server.connections == 1
 
 
-async def test_close_without_an_answer_is_maybe_sent(tg: anyio.abc.TaskGroup, transport: AiohttpTransport) -> None:
+async def test_close_without_an_answer_is_maybe_sent(tg: anyio.abc.TaskGroup, transport: Any) -> None:
     async def handler(stream: anyio.abc.SocketStream, server: RawServer) -> None:
         await server.read_request(stream, bytearray())  # then a clean close (FIN)
 
     server = await raw_server(tg, handler)
-    with pytest.raises(RequestMaybeSent, match="ServerDisconnected"):
+    # aiohttp names its exception (ServerDisconnected); Http11Transport says what happened.
+    with pytest.raises(RequestMaybeSent, match="ServerDisconnected|closed the connection without an answer"):
         await post(transport, server.url)
     assert server.requests == 1 and server.connections == 1
 
 
 @pytest.mark.parametrize("how", ["reset", "fin", "partial-head"])
 async def test_a_reused_connection_that_breaks_after_the_request_is_never_resent(
-    tg: anyio.abc.TaskGroup, transport: AiohttpTransport, how: str
+    tg: anyio.abc.TaskGroup, transport: Any, how: str
 ) -> None:
     """A server that reads the second request on a kept-alive connection and dies without an
     answer looks like a stale connection; the request was delivered, so it must not be sent again."""
@@ -245,7 +269,7 @@ async def test_a_reused_connection_that_breaks_after_the_request_is_never_resent
     assert server.requests == 2 and server.connections == 1
 
 
-async def test_eof_mid_body_is_maybe_sent(tg: anyio.abc.TaskGroup, transport: AiohttpTransport) -> None:
+async def test_eof_mid_body_is_maybe_sent(tg: anyio.abc.TaskGroup, transport: Any) -> None:
     async def handler(stream: anyio.abc.SocketStream, server: RawServer) -> None:
         if await server.read_request(stream, bytearray()):
             await stream.send(b'HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n{"partial":')
@@ -257,7 +281,7 @@ async def test_eof_mid_body_is_maybe_sent(tg: anyio.abc.TaskGroup, transport: Ai
             await response.aread()
 
 
-async def test_malformed_response_is_maybe_sent(tg: anyio.abc.TaskGroup, transport: AiohttpTransport) -> None:
+async def test_malformed_response_is_maybe_sent(tg: anyio.abc.TaskGroup, transport: Any) -> None:
     async def handler(stream: anyio.abc.SocketStream, server: RawServer) -> None:
         if await server.read_request(stream, bytearray()):
             await stream.send(b"SMTP ready\r\n\r\n")
@@ -267,7 +291,7 @@ async def test_malformed_response_is_maybe_sent(tg: anyio.abc.TaskGroup, transpo
         await post(transport, server.url)
 
 
-async def test_redirects_are_not_followed(tg: anyio.abc.TaskGroup, transport: AiohttpTransport) -> None:
+async def test_redirects_are_not_followed(tg: anyio.abc.TaskGroup, transport: Any) -> None:
     async def handler(stream: anyio.abc.SocketStream, server: RawServer) -> None:
         buffer = bytearray()
         while await server.read_request(stream, buffer):
@@ -291,7 +315,7 @@ async def silent(stream: anyio.abc.SocketStream, server: RawServer, head: bytes 
 
 
 @pytest.mark.parametrize("stage", ["head", "lines", "aread"])
-async def test_cancel_mid_exchange_closes_the_socket(tg: anyio.abc.TaskGroup, transport: AiohttpTransport, stage: str) -> None:
+async def test_cancel_mid_exchange_closes_the_socket(tg: anyio.abc.TaskGroup, transport: Any, stage: str) -> None:
     head = {
         "head": b"",
         "lines": b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"

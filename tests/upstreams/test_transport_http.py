@@ -1,20 +1,26 @@
-"""AiohttpTransport against well-behaved loopback servers: requests and answers on the wire,
+"""The HTTP transports (both, tests/upstreams/conftest.py) against well-behaved loopback servers: requests and answers on the wire,
 keep-alive reuse and expiry, line-by-line streaming, and which connections go back to the pool."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from typing import Any
 
 import anyio
 import anyio.abc
 import pytest
 from aiohttp import web
 
-from gateway.upstreams.transport import AiohttpTransport, HttpRequest, iter_lines
+from gateway.upstreams.transport import HttpRequest, iter_lines
 from tests.upstreams.loopback import RawServer, WebServer, raw_server, web_server
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
+
+
+@pytest.fixture
+def anyio_backend(both_loops: Any) -> Any:
+    return both_loops
 
 routes = web.RouteTableDef()
 
@@ -71,21 +77,21 @@ async def server() -> AsyncIterator[WebServer]:
         yield running
 
 
-async def post_json(transport: AiohttpTransport, url: str, payload: object) -> tuple[int, object]:
+async def post_json(transport: Any, url: str, payload: object) -> tuple[int, object]:
     request = HttpRequest("POST", url, {"content-type": "application/json"}, json.dumps(payload).encode())
     async with transport.stream(request) as response:
         return response.status, json.loads(await response.aread())
 
 
-async def test_json_post_round_trip_keeps_one_connection(server: WebServer, transport: AiohttpTransport) -> None:
+async def test_json_post_round_trip_keeps_one_connection(server: WebServer, transport: Any) -> None:
     for i in range(50):
         payload = {"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": "ünï"}}
         assert await post_json(transport, f"{server.url}/echo", payload) == (200, {"echo": payload, "method": "POST"})
     assert len(server.ports) == 50 and server.connections == 1
 
 
-async def test_request_headers_on_the_wire(server: WebServer) -> None:
-    transport = AiohttpTransport(connect_timeout=2, default_headers={"Authorization": "Bearer a", "X-Team": "dex"})
+async def test_request_headers_on_the_wire(server: WebServer, transport_class: Any) -> None:
+    transport = transport_class(connect_timeout=2, default_headers={"Authorization": "Bearer a", "X-Team": "dex"})
     try:
         await post_json(transport, f"{server.url}/echo", {})  # its answer sets a cookie
         request = HttpRequest("POST", f"{server.url}/headers?x=1", {"x-team": "override"}, b"{}")
@@ -104,12 +110,12 @@ async def test_request_headers_on_the_wire(server: WebServer) -> None:
     assert "accept-encoding" not in seen  # we never ask for compression...
 
 
-async def test_no_automatic_decompression(server: WebServer, transport: AiohttpTransport) -> None:
+async def test_no_automatic_decompression(server: WebServer, transport: Any) -> None:
     async with transport.stream(HttpRequest("GET", f"{server.url}/gzip")) as response:
         assert await response.aread() == b"\x1f\x8b not really gzip"  # ...and never decode it
 
 
-async def test_concurrent_requests_use_their_own_connections(server: WebServer, transport: AiohttpTransport) -> None:
+async def test_concurrent_requests_use_their_own_connections(server: WebServer, transport: Any) -> None:
     results: dict[int, object] = {}
 
     async def one(i: int) -> None:
@@ -123,7 +129,7 @@ async def test_concurrent_requests_use_their_own_connections(server: WebServer, 
 
 
 @pytest.mark.parametrize("code", [202, 204])
-async def test_body_less_responses_keep_the_connection(server: WebServer, transport: AiohttpTransport, code: int) -> None:
+async def test_body_less_responses_keep_the_connection(server: WebServer, transport: Any, code: int) -> None:
     async with transport.stream(HttpRequest("POST", f"{server.url}/status/{code}", {}, b"{}")) as response:
         assert response.status == code
         assert await response.aread() == b""
@@ -133,7 +139,7 @@ async def test_body_less_responses_keep_the_connection(server: WebServer, transp
     assert server.connections == 1
 
 
-async def test_chunked_response(server: WebServer, transport: AiohttpTransport) -> None:
+async def test_chunked_response(server: WebServer, transport: Any) -> None:
     async with transport.stream(HttpRequest("GET", f"{server.url}/chunked")) as response:
         assert response.headers.get("transfer-encoding") == "chunked"
         assert await response.aread() == b"".join(f"piece-{i};".encode() for i in range(5))
@@ -141,7 +147,7 @@ async def test_chunked_response(server: WebServer, transport: AiohttpTransport) 
     assert server.connections == 1
 
 
-async def test_sse_lines_arrive_as_they_are_sent(tg: anyio.abc.TaskGroup, transport: AiohttpTransport) -> None:
+async def test_sse_lines_arrive_as_they_are_sent(tg: anyio.abc.TaskGroup, transport: Any) -> None:
     """The server sends the second event only after the client has seen the first line: a
     transport that buffered the stream would hang here."""
     first_line_seen = anyio.Event()
@@ -167,7 +173,7 @@ async def test_sse_lines_arrive_as_they_are_sent(tg: anyio.abc.TaskGroup, transp
     assert lines == ["event: message", 'data: {"i": 0}', "", 'data: {"done": true}', ""]
 
 
-async def test_partially_read_response_is_not_reused(server: WebServer, transport: AiohttpTransport) -> None:
+async def test_partially_read_response_is_not_reused(server: WebServer, transport: Any) -> None:
     async with transport.stream(HttpRequest("GET", f"{server.url}/big")) as response:
         async for line in response.aiter_lines():
             assert line == "line"
@@ -176,7 +182,7 @@ async def test_partially_read_response_is_not_reused(server: WebServer, transpor
     assert server.connections == 2
 
 
-async def test_drain_reads_the_rest_so_the_connection_is_reused(server: WebServer, transport: AiohttpTransport) -> None:
+async def test_drain_reads_the_rest_so_the_connection_is_reused(server: WebServer, transport: Any) -> None:
     async with transport.stream(HttpRequest("GET", f"{server.url}/big")) as response:
         async for _ in response.aiter_lines():
             break
@@ -185,14 +191,14 @@ async def test_drain_reads_the_rest_so_the_connection_is_reused(server: WebServe
     assert server.connections == 1
 
 
-async def test_connection_close_from_the_server_is_not_reused(server: WebServer, transport: AiohttpTransport) -> None:
+async def test_connection_close_from_the_server_is_not_reused(server: WebServer, transport: Any) -> None:
     assert await post_json(transport, f"{server.url}/close", {}) == (200, {"ok": True})
     await post_json(transport, f"{server.url}/echo", {})
     assert server.connections == 2
 
 
-async def test_idle_connections_expire(server: WebServer) -> None:
-    transport = AiohttpTransport(connect_timeout=2, keepalive_expiry=0.1)
+async def test_idle_connections_expire(server: WebServer, transport_class: Any) -> None:
+    transport = transport_class(connect_timeout=2, keepalive_expiry=0.1)
     try:
         await post_json(transport, f"{server.url}/echo", {})
         await post_json(transport, f"{server.url}/echo", {})
@@ -203,7 +209,7 @@ async def test_idle_connections_expire(server: WebServer) -> None:
     assert server.connections == 2
 
 
-async def test_close_delimited_body(tg: anyio.abc.TaskGroup, transport: AiohttpTransport) -> None:
+async def test_close_delimited_body(tg: anyio.abc.TaskGroup, transport: Any) -> None:
     async def handler(stream: anyio.abc.SocketStream, server: RawServer) -> None:
         if await server.read_request(stream, bytearray()):
             await stream.send(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n")
@@ -215,7 +221,7 @@ async def test_close_delimited_body(tg: anyio.abc.TaskGroup, transport: AiohttpT
         assert json.loads(await response.aread()) == {"whole": "body"}
 
 
-async def test_line_endings_across_chunks(tg: anyio.abc.TaskGroup, transport: AiohttpTransport) -> None:
+async def test_line_endings_across_chunks(tg: anyio.abc.TaskGroup, transport: Any) -> None:
     pieces = [b"a\r", b"\nb\rc\n", b"\r", b"\n", b"\xc3", b"\xa9t\xc3\xa9\r\n\r", b"tail"]
     sent = anyio.Event()
 
@@ -249,3 +255,11 @@ async def test_iter_lines_splits_every_way() -> None:
     assert await run([b"x\r", b"\r\n"]) == ["x", ""]
     assert await run([b"\xff\n"]) == ["\ufffd"]
     assert await run([]) == []
+
+
+async def test_credentials_in_the_url_are_sent_as_basic_auth(server: WebServer, transport: Any) -> None:
+    url = server.url.replace("http://", "http://ops:s%40fe@") + "/headers"
+    async with transport.stream(HttpRequest("GET", url)) as response:
+        seen = json.loads(await response.aread())
+    assert seen["authorization"] == "Basic b3BzOnNAZmU="  # base64("ops:s@fe")
+    assert seen["host"] == server.url.removeprefix("http://")

@@ -9,6 +9,7 @@ import sys
 import textwrap
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -19,11 +20,16 @@ from gateway.config.model import HttpUpstreamConfig
 from gateway.errors import RequestNotSent, UpstreamNotSent
 from gateway.upstreams.session import UpstreamSession
 from tests.upstreams.sessions import http_session
-from gateway.upstreams.transport import AiohttpTransport, HttpRequest, ssl_context
+from gateway.upstreams.transport import HttpRequest, ssl_context
 from gateway.upstreams.upstream import Upstream
 from tests.upstreams.loopback import WebServer, self_signed, server_tls, web_server
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
+
+
+@pytest.fixture
+def anyio_backend(both_loops: Any) -> Any:
+    return both_loops
 
 routes = web.RouteTableDef()
 
@@ -53,9 +59,10 @@ async def server(certs: tuple[Path, Path, Path]) -> AsyncIterator[WebServer]:
         yield running
 
 
-async def test_https_with_the_private_ca_and_keep_alive(server: WebServer, certs: tuple[Path, Path, Path]) -> None:
+async def test_https_with_the_private_ca_and_keep_alive(server: WebServer, certs: tuple[Path, Path, Path],
+                                                       transport_class: Any) -> None:
     ca, _, _ = certs
-    transport = AiohttpTransport(connect_timeout=5, ssl_context=ssl_context(str(ca)))
+    transport = transport_class(connect_timeout=5, ssl_context=ssl_context(str(ca)))
     try:
         for i in range(3):
             body = json.dumps({"jsonrpc": "2.0", "id": i, "method": "tools/call"}).encode()
@@ -68,8 +75,8 @@ async def test_https_with_the_private_ca_and_keep_alive(server: WebServer, certs
     assert len(server.ports) == 3 and server.connections == 1
 
 
-async def test_untrusted_certificate_is_not_sent(server: WebServer) -> None:
-    transport = AiohttpTransport(connect_timeout=5)  # the system store does not know our CA
+async def test_untrusted_certificate_is_not_sent(server: WebServer, transport_class: Any) -> None:
+    transport = transport_class(connect_timeout=5)  # the system store does not know our CA
     try:
         with pytest.raises(RequestNotSent, match="(?i)certificate"):
             async with transport.stream(HttpRequest("POST", f"{server.url}/mcp", {}, b"{}")):
@@ -98,16 +105,18 @@ async def test_upstream_config_tls_ca_file(server: WebServer, certs: tuple[Path,
         await untrusted.aclose()
 
 
-async def test_ssl_cert_file_is_honoured_by_default(server: WebServer, certs: tuple[Path, Path, Path]) -> None:
+async def test_ssl_cert_file_is_honoured_by_default(server: WebServer, certs: tuple[Path, Path, Path],
+                                                    transport_class: Any) -> None:
     """Without `tls_ca_file` the system store is used, and OpenSSL's default paths read
     SSL_CERT_FILE (checked in a child process: the variable is read when aiohttp loads)."""
     ca, _, _ = certs
     script = textwrap.dedent(f"""
         import asyncio
-        from gateway.upstreams.transport import AiohttpTransport, HttpRequest
+        from {transport_class.__module__} import {transport_class.__name__} as Transport
+        from gateway.upstreams.transport import HttpRequest
 
         async def main():
-            transport = AiohttpTransport(connect_timeout=5)
+            transport = Transport(connect_timeout=5)
             try:
                 async with transport.stream(HttpRequest("POST", "{server.url}/mcp", {{}}, b'{{"jsonrpc":"2.0","id":1,"method":"ping"}}')) as r:
                     print(r.status)

@@ -59,7 +59,8 @@ from ...name_header import name_key
 from ..rpc import MODERN_VERSION
 from ..credentials import Bearer, UpstreamCredentials
 from ..sse import StreamCursor, read_answer, read_events
-from ..transport import AiohttpTransport, HttpRequest, HttpResponse, HttpTransport, ssl_context
+from ..http11 import Http11Transport
+from ..transport import HttpRequest, HttpResponse, HttpTransport, ssl_context
 from .base import UNBOUND, Answer, Listener, Message, Negotiated
 
 __all__ = ["SESSION_HEADER", "HttpChannel", "unauthorized_text"]
@@ -99,9 +100,9 @@ class HttpChannel:
             except OSError as exc:  # ssl.SSLError included: a missing or malformed PEM file
                 raise UpstreamNotSent(name, "the upstream's TLS settings cannot be loaded",
                                       detail=f"tls_ca_file {tls_ca_file!r}: {exc}") from None
-            transport = AiohttpTransport(connect_timeout=connect_timeout, ssl_context=context,
-                                         max_response_bytes=max_response_bytes, max_connections=max_connections,
-                                         pool_timeout=pool_timeout)
+            transport = Http11Transport(connect_timeout=connect_timeout, ssl_context=context,
+                                        max_response_bytes=max_response_bytes, max_connections=max_connections,
+                                        pool_timeout=pool_timeout)
         self.name = name
         self.url = url
         self.transport = transport
