@@ -21,7 +21,9 @@ seconds (4 s), when the server closes it or sends anything while idle (the loop 
 sockets), and, before reuse, when a poll of its socket shows a FIN/RST or bytes the loop has not
 processed yet (`_peer_gone`). A half-read response, a cancelled exchange or an error closes the
 connection. While a body is read, reading from the socket pauses when more than 256 KiB are
-buffered unread and resumes once the reader took them. TCP_NODELAY is set on every connection.
+buffered unread and resumes once the reader took them. A response head (interim 1xx heads
+included) over `MAX_HEAD_BYTES` (64 KiB) fails the exchange (`RequestMaybeSent`) and closes the
+connection. TCP_NODELAY is set on every connection.
 
 Request head: `METHOD target HTTP/1.1`, Host (`host[:port]`), the transport's default headers
 (User-Agent `dex-mcp-gateway` unless given) overridden by the request's (names compared in lower
@@ -59,12 +61,16 @@ from .transport import (
     upstream_url,
 )
 
-__all__ = ["Http11Transport", "Resolve"]
+__all__ = ["MAX_HEAD_BYTES", "Http11Transport", "Resolve"]
 
 # (host, port) -> the address to connect to instead of `host` (TLS still verifies `host`).
 Resolve = Callable[[str, int], Awaitable[str]]
 
 _PAUSE_AT = 256 * 1024  # unread body bytes buffered before reading from the socket pauses
+# Bytes of a response head (status line and headers, interim 1xx heads included) past which the
+# exchange fails: an upstream cannot make the gateway hold an endless head (the body has its own
+# cap, `max_response_bytes`). Generous next to Node's 16 KiB and aiohttp's 8 KiB per line.
+MAX_HEAD_BYTES = 64 * 1024
 _MAX_STALE_SKIPS = 8
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
@@ -116,6 +122,7 @@ class _Connection(asyncio.Protocol):
         self.declared: int | None = None
         self.chunks: deque[bytes] = deque()
         self.buffered = 0
+        self.head_bytes = 0  # bytes received while the head was not complete
 
     # -- asyncio.Protocol --------------------------------------------------------------------
 
@@ -138,6 +145,10 @@ class _Connection(asyncio.Protocol):
             return
         try:
             self.parser.feed_data(data)
+            if not self.head_done:
+                self.head_bytes += len(data)
+                if self.head_bytes > MAX_HEAD_BYTES:
+                    self._fail(f"the response head is over {MAX_HEAD_BYTES} bytes")
         except httptools.HttpParserUpgrade:
             self._fail("the upstream switched protocols")
         except httptools.HttpParserError as exc:

@@ -202,3 +202,34 @@ async def test_a_request_authorization_header_wins_over_url_credentials(tg: anyi
     assert heads[0].lower().count(b"authorization:") == 1 and b"authorization: Bearer t\r\n" in heads[0]
     assert b"authorization: Basic dTpw\r\n" in heads[1]
     assert heads[1].startswith(b"GET /mcp HTTP/1.1\r\nhost: 127.0.0.1:%d\r\n" % server.port)
+
+
+async def test_an_endless_response_head_fails_past_its_cap(tg: anyio.abc.TaskGroup) -> None:
+    """An upstream that keeps sending header lines (never the blank line): the exchange fails once
+    the head is over MAX_HEAD_BYTES, as maybe sent, and the connection goes; nothing waits forever."""
+    from gateway.errors import RequestMaybeSent
+    from gateway.upstreams.http11 import MAX_HEAD_BYTES
+
+    closed = anyio.Event()
+
+    async def handler(stream: anyio.abc.SocketStream, server: RawServer) -> None:
+        buffer = bytearray()
+        if await server.read_request(stream, buffer):
+            await stream.send(b"HTTP/1.1 200 OK\r\n")
+            line = b"x-pad: " + b"a" * 1000 + b"\r\n"
+            try:
+                while True:  # an endless head, until the client hangs up
+                    await stream.send(line)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                closed.set()
+
+    server = await raw_server(tg, handler)
+    transport = Http11Transport(connect_timeout=2)
+    try:
+        with pytest.raises(RequestMaybeSent, match=f"head is over {MAX_HEAD_BYTES} bytes"):
+            async with transport.stream(HttpRequest("POST", server.url, {}, b"{}")) as response:
+                await response.aread()
+        with anyio.fail_after(5):
+            await closed.wait()  # the gateway's side of the connection is gone
+    finally:
+        await transport.aclose()
