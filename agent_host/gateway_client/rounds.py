@@ -25,8 +25,7 @@ from typing import Any
 
 import anyio
 import mcp_types as types
-from mcp import Client
-from mcp.client._input_required import DEFAULT_INPUT_REQUIRED_MAX_ROUNDS, InputRequiredRoundsExceededError
+from mcp import Client, InputRequiredRoundsExceededError
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 
@@ -102,11 +101,11 @@ async def call_in_rounds(
             result = await send(None, None)
     else:
         result = await send(None, None)
-    rounds, wait = 0, _STATE_ONLY_WAIT
+    rounds, wait, most = 0, _STATE_ONLY_WAIT, client.input_required_max_rounds  # the SDK client's own bound
     while isinstance(result, types.InputRequiredResult):
         rounds += 1
-        if rounds > DEFAULT_INPUT_REQUIRED_MAX_ROUNDS:
-            raise InputRequiredRoundsExceededError(DEFAULT_INPUT_REQUIRED_MAX_ROUNDS)
+        if rounds > most:
+            raise InputRequiredRoundsExceededError(most)
         requests = {k: r.model_dump(mode="json", by_alias=True, exclude_none=True)
                     for k, r in (result.input_requests or {}).items()}
         current = Round(result.request_state, requests)
