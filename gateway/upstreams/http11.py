@@ -51,7 +51,6 @@ from yarl import URL
 from ..errors import LocalLimitReached, RequestMaybeSent, RequestNotSent, ResponseTooLarge
 from .transport import (
     KEEPALIVE_SECONDS,
-    USER_AGENT,
     ChunkedBody,
     ConnectionSlots,
     HttpRequest,
@@ -59,6 +58,7 @@ from .transport import (
     describe,
     fd_headroom_error,
     upstream_url,
+    with_user_agent,
 )
 
 __all__ = ["MAX_HEAD_BYTES", "Http11Transport", "Resolve"]
@@ -366,7 +366,7 @@ class Http11Transport:
         pool_timeout: float = 30.0,
     ) -> None:
         self._connect_timeout = connect_timeout
-        self._default_headers = {"user-agent": USER_AGENT, **{k.lower(): v for k, v in (default_headers or {}).items()}}
+        self._default_headers = with_user_agent(default_headers)
         self._ssl = ssl_context
         self._keepalive_expiry = keepalive_expiry
         self._resolve = resolve

@@ -99,6 +99,7 @@ __all__ = [
     "iter_lines",
     "ssl_context",
     "upstream_url",
+    "with_user_agent",
 ]
 
 USER_AGENT = "dex-mcp-gateway"
@@ -206,6 +207,11 @@ class ChunkedBody:
         with anyio.move_on_after(timeout):
             while await self._next_chunk():
                 pass
+
+
+def with_user_agent(headers: Mapping[str, str] | None) -> dict[str, str]:
+    """A transport's default headers: names in lower case, `user-agent` ours unless given."""
+    return {"user-agent": USER_AGENT, **{k.lower(): v for k, v in (headers or {}).items()}}
 
 
 def fd_headroom_error(reserve_fraction: float = 0.05, minimum_reserve: int = 32) -> str | None:
@@ -464,9 +470,8 @@ class AiohttpTransport:
         self._connect_timeout = connect_timeout
         self._max_response_bytes = max_response_bytes
         self._max_connections = max_connections
-        self._pool_timeout = pool_timeout
         self._slots = ConnectionSlots(max_connections, pool_timeout)
-        self._default_headers = {"user-agent": USER_AGENT, **{k.lower(): v for k, v in (default_headers or {}).items()}}
+        self._default_headers = with_user_agent(default_headers)
         self._ssl: ssl.SSLContext | bool = ssl_context if ssl_context is not None else True
         self._keepalive_expiry = keepalive_expiry
         self._resolver = resolver
