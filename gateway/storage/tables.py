@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar, cast
 
 from .database import Database, PoolLease, SqliteConnections, lock_schema, write_transaction
+from .loop_sqlite import synchronous_mode
 from .private_files import private_file
 from .urls import parse_sqlite_url
 
@@ -74,14 +75,19 @@ class SchemaVersion:
 class SqliteTable:
     SCHEMA: ClassVar[str] = ""  # the CREATE statements, each idempotent and ended by `;` at a line's end
 
-    def __init__(self, path: str | Path, *, busy_timeout_ms: int = 10_000) -> None:
+    def __init__(self, path: str | Path, *, busy_timeout_ms: int = 10_000, synchronous: str = "NORMAL") -> None:
         self.path = Path(path)
+        self.busy_timeout_ms = busy_timeout_ms
+        # The URL's `synchronous` (the fences' durability choice), for a store that keeps a
+        # writer of its own (`storage.loop_sqlite.LoopSqlite`: the audit log).
+        self.synchronous = synchronous_mode(synchronous)
         self._db = SqliteConnections(self.path, busy_timeout_ms=busy_timeout_ms)
 
     @classmethod
     def from_url(cls, url: str) -> Self:
         parsed = parse_sqlite_url(url)
-        return cls(parsed.path, busy_timeout_ms=int(parsed.options.get("busy_timeout_ms", 10_000)))
+        return cls(parsed.path, busy_timeout_ms=int(parsed.options.get("busy_timeout_ms", 10_000)),
+                   synchronous=parsed.options.get("synchronous", "NORMAL"))
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         """`fn(connection, *args)` on a worker thread."""

@@ -10,6 +10,7 @@ import asyncpg
 import pytest
 
 from gateway.conventions.keys import Effect
+from gateway.errors import StoreError
 from gateway.fences import FenceRecord, FenceState, Owner, open_fence_store
 from gateway.fences.stores.memory import MemoryFenceStore
 from gateway.fences.stores.postgres import PostgresFenceStore
@@ -133,5 +134,6 @@ def test_store_urls(tmp_path: Path) -> None:
 
 
 async def test_unopened_store_says_so(sqlite_url: str) -> None:
-    with pytest.raises(RuntimeError, match="not open"):
+    # StoreError: one of the store's transient errors (a store closed at shutdown is tried again).
+    with pytest.raises(StoreError, match="not open"):
         await open_fence_store(sqlite_url).get("f1")

@@ -1,8 +1,12 @@
 """The audit log in the gateway's SQLite file (beside the fences and tasks, WAL mode).
 
-`SqliteTable`: worker threads, one short connection per operation (like the tasks and
-registrations), never the event loop. A batch of rows is one `BEGIN IMMEDIATE` transaction. A
-trigger refuses UPDATE: rows are only appended, and deleted only by the retention sweep.
+The writer's batches go through one kept connection (`storage.loop_sqlite.LoopSqlite`), like the
+fences' statements: on the event loop with the URL's `synchronous=NORMAL` (the default), so a
+batch never holds the file's write lock while a fence statement waits for it, and costs no
+thread hop, new connection or fsync; with `synchronous=FULL` on a worker thread. A batch of rows
+is one `BEGIN IMMEDIATE` transaction. Reads, exports and sweeps use `SqliteTable`'s short
+connections on worker threads. A trigger refuses UPDATE: rows are only appended, and deleted only
+by the retention sweep.
 """
 
 from __future__ import annotations
@@ -10,10 +14,12 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import anyio
 
 from ...storage.database import write_transaction
+from ...storage.loop_sqlite import LoopSqlite
 from ...storage.tables import SqliteTable
 from ..records import COLUMNS, AuditEntry, AuditRow
 from ..store import AUDIT_VERSION, AuditQuery, by_id_pages
@@ -43,16 +49,26 @@ _SWEEP = f"DELETE FROM {TABLE} WHERE id IN (SELECT id FROM {TABLE} WHERE time < 
 class SqliteAuditStore(SqliteTable):
     SCHEMA = _SCHEMA  # the trigger's body keeps its own `;` (`statements`)
 
+    def __init__(self, path: str | Path, *, busy_timeout_ms: int = 10_000, synchronous: str = "NORMAL") -> None:
+        super().__init__(path, busy_timeout_ms=busy_timeout_ms, synchronous=synchronous)
+        self._writer = LoopSqlite(self.path, synchronous=self.synchronous, busy_timeout_ms=busy_timeout_ms,
+                                  name="SQLite audit log")
+
     @classmethod
     def created(cls, c: sqlite3.Connection) -> None:
         AUDIT_VERSION.sqlite(c, TABLE)
 
-    async def append(self, entries: list[AuditEntry]) -> None:
-        def op(conn: sqlite3.Connection) -> None:
-            rows: list[AuditRow] = [entry.to_row() for entry in entries]
-            write_transaction(conn, lambda c: c.executemany(_INSERT, rows))
+    async def open(self) -> None:
+        await super().open()
+        await self._writer.open()
 
-        await self._db.run(op)
+    async def close(self) -> None:
+        await self._writer.close()
+        await super().close()
+
+    async def append(self, entries: list[AuditEntry]) -> None:
+        rows: list[AuditRow] = [entry.to_row() for entry in entries]
+        await self._writer.run(lambda conn: write_transaction(conn, lambda c: c.executemany(_INSERT, rows)))
 
     async def newest(self, query: AuditQuery, *, before: int | None = None, limit: int = 100) -> list[AuditEntry]:
         clauses, params = query.where(lambda _: "?")

@@ -7,8 +7,8 @@ power loss can drop the last commits, because the WAL is fsynced at checkpoints 
 than at every commit. Deployments that need that guarantee too set `?synchronous=FULL`
 in the URL (an fsync per commit, a few ms on most disks).
 
-All SQL runs on one connection serialized by a capacity limiter of 1, so the connection
-is only ever used by one worker thread at a time. Every write is one statement in autocommit
+All SQL runs on one kept connection (`storage.loop_sqlite.LoopSqlite`): on the event loop, or
+with `synchronous=FULL` on one worker thread at a time. Every write is one statement in autocommit
 (a claim that finds the key taken reads the row with a second one): a writing statement takes
 the write lock as it starts, before it reads, like `BEGIN IMMEDIATE`, so two processes on one
 file never act on a stale read, and a busy file makes it wait and try again. Sweeps, which
@@ -30,6 +30,7 @@ import anyio.to_thread
 from ...protocol import Result
 from ...storage.database import write_transaction
 from ...errors import StoreError
+from ...storage.loop_sqlite import LoopSqlite
 from ...storage.private_files import private_file
 from ...storage.urls import parse_sqlite_url
 from ..records import (
@@ -44,7 +45,6 @@ from ..records import (
 )
 
 SCHEMA_VERSION = 1
-_SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 _COLS = ", ".join(COLUMNS)
 _HELD = "fence_id = ? AND state = 'pending' AND owner_replica = ? AND owner_boot = ? AND attempts = ?"
 
@@ -84,19 +84,12 @@ class SqliteFenceStore:
     # Busy or locked database, disk I/O; StoreError: used while not open (e.g. at shutdown).
     transient_errors: tuple[type[BaseException], ...] = (sqlite3.OperationalError, OSError, StoreError)
     def __init__(self, path: str | Path, *, synchronous: str = "NORMAL", busy_timeout_ms: int = 10_000) -> None:
-        if synchronous.upper() not in _SYNCHRONOUS:
-            raise ValueError(f"sqlite synchronous must be one of {', '.join(_SYNCHRONOUS)}, not {synchronous!r}")
-        self.path = Path(path)
-        self.synchronous = synchronous.upper()
+        # With synchronous=NORMAL a WAL commit writes without fsync, so statements run on the
+        # event loop and lock waits are asynchronous; FULL keeps a worker thread (loop_sqlite.py).
+        self._db = LoopSqlite(path, synchronous=synchronous, busy_timeout_ms=busy_timeout_ms, name="SQLite fence store")
+        self.path = self._db.path
+        self.synchronous = self._db.synchronous
         self.busy_timeout_ms = busy_timeout_ms
-        self._conn: sqlite3.Connection | None = None
-        self._limiter = anyio.CapacityLimiter(1)
-        # With synchronous=NORMAL a WAL commit writes without fsync: a statement takes tens of
-        # microseconds, less than a hop to a worker thread, so it runs on the event loop. Lock
-        # waits (another process writing) are then ours to do asynchronously: SQLite's own
-        # busy_timeout would sleep inside the call and stall the loop. FULL (fsync per commit)
-        # keeps the worker thread.
-        self._on_loop = synchronous.upper() != "FULL"
         self._claim = f"INSERT INTO fences ({_COLS}) VALUES ({', '.join('?' * len(COLUMNS))}) ON CONFLICT (fence_id) DO NOTHING"
         self._read = f"SELECT {_COLS} FROM fences WHERE fence_id = ?"
 
@@ -116,52 +109,34 @@ class SqliteFenceStore:
     # -- lifecycle ---------------------------------------------------------------------
 
     async def open(self) -> None:
-        if self._conn is None:
-            await self._run(self._open_sync, need_conn=False)
+        if not self._db.is_open:
+            private_file(self.path)
+            await self._db.open(self._migrate)
 
-    def _open_sync(self) -> None:
-        private_file(self.path)
-        # isolation_level=None: no implicit transactions; we issue BEGIN IMMEDIATE ourselves.
-        sqlite_wait_ms = 0 if self._on_loop else int(self.busy_timeout_ms)
-        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=sqlite_wait_ms / 1000)
-        try:
-            conn.execute(f"PRAGMA busy_timeout = {sqlite_wait_ms}")
-            # A new file gives the pages its sweeps free back to the file system (`sweep`); on an
-            # existing file it takes effect at the next VACUUM (docs/fences.md).
-            conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            if str(mode).lower() != "wal":
-                raise RuntimeError(f"could not put {self.path} in WAL mode (got {mode!r})")
-            conn.execute(f"PRAGMA synchronous = {self.synchronous}")
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                version = conn.execute("PRAGMA user_version").fetchone()[0]
-                if version > SCHEMA_VERSION:
-                    raise RuntimeError(
-                        f"fence store {self.path} has schema version {version}; this gateway knows up to {SCHEMA_VERSION}"
-                    )
-                if version < SCHEMA_VERSION:
-                    # One statement at a time: executescript() would COMMIT our transaction.
-                    for statement in filter(None, (s.strip() for s in _SCHEMA_V1.split(";"))):
-                        conn.execute(statement)
-                    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-        except BaseException:
-            conn.close()
-            raise
-        self._conn = conn
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        # A new file gives the pages its sweeps free back to the file system (`sweep`); on an
+        # existing file it takes effect at the next VACUUM (docs/fences.md).
+        conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise RuntimeError(f"could not put {self.path} in WAL mode (got {mode!r})")
+
+        def create(c: sqlite3.Connection) -> None:
+            version = c.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise RuntimeError(
+                    f"fence store {self.path} has schema version {version}; this gateway knows up to {SCHEMA_VERSION}"
+                )
+            if version < SCHEMA_VERSION:
+                # One statement at a time: executescript() would COMMIT our transaction.
+                for statement in filter(None, (s.strip() for s in _SCHEMA_V1.split(";"))):
+                    c.execute(statement)
+                c.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+        write_transaction(conn, create)
 
     async def close(self) -> None:
-        if self._conn is not None:
-            await self._run(self._close_sync)
-
-    def _close_sync(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        await self._db.close()
 
     async def __aenter__(self) -> Self:
         await self.open()
@@ -174,51 +149,25 @@ class SqliteFenceStore:
 
     # -- plumbing ----------------------------------------------------------------------
 
-    async def _run(self, fn: Callable[[], T], *, need_conn: bool = True) -> T:
-        if need_conn and self._conn is None:
-            raise RuntimeError("fence store is not open")
-        if self._on_loop:
-            return await self._run_on_loop(fn)
-        # Not abandoned on cancel: a transaction always finishes (commit or rollback)
-        # before the connection is used again.
-        return await anyio.to_thread.run_sync(fn, limiter=self._limiter)
+    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        return await self._db.run(fn)
 
-    async def _run_on_loop(self, fn: Callable[[], T]) -> T:
-        # `fn` runs to its end without awaiting, so no other task can use the connection
-        # meanwhile; a busy database (another process holds the write lock) fails it at once,
-        # before anything changed (its transaction is rolled back), and it is tried again.
-        deadline = time.monotonic() + self.busy_timeout_ms / 1000
-        delay = 0.001
-        while True:
-            try:
-                return fn()
-            except sqlite3.OperationalError as exc:
-                if not _is_busy(exc) or time.monotonic() > deadline:
-                    raise
-            await anyio.sleep(delay)
-            delay = min(delay * 2, 0.01)
-
-    def _connection(self) -> sqlite3.Connection:
-        if self._conn is None:
-            raise StoreError("the SQLite fence store is not open")
-        return self._conn
-
-    def _update(self, sql: str, params: tuple[Any, ...]) -> bool:
+    @staticmethod
+    def _update(conn: sqlite3.Connection, sql: str, params: tuple[Any, ...]) -> bool:
         # One statement in autocommit is its own transaction, and a writing statement takes the
         # write lock as it starts (before it reads), as BEGIN IMMEDIATE would: no BEGIN/COMMIT
         # round of its own needed.
-        return self._connection().execute(sql, params).rowcount == 1
+        return conn.execute(sql, params).rowcount == 1
 
     # -- operations --------------------------------------------------------------------
 
     async def insert_if_absent(self, record: FenceRecord) -> tuple[bool, FenceRecord]:
         row = record_to_row(record)
 
-        def op() -> tuple[bool, FenceRecord] | None:
+        def op(conn: sqlite3.Connection) -> tuple[bool, FenceRecord] | None:
             # The insert is one autocommit statement (see `_update`); on a conflict the row is read
             # by a second one, and is gone only if deleted in between (swept, or released by its
             # owner): then claim again.
-            conn = self._connection()
             if conn.execute(self._claim, row).rowcount == 1:
                 return True, record
             existing = conn.execute(self._read, (record.fence_id,)).fetchone()
@@ -230,8 +179,8 @@ class SqliteFenceStore:
                 return found
 
     async def get(self, fence_id: str) -> FenceRecord | None:
-        def op() -> FenceRecord | None:
-            row = self._connection().execute(self._read, (fence_id,)).fetchone()
+        def op(conn: sqlite3.Connection) -> FenceRecord | None:
+            row = conn.execute(self._read, (fence_id,)).fetchone()
             return None if row is None else record_from_row(row)
 
         return await self._run(op)
@@ -241,12 +190,12 @@ class SqliteFenceStore:
     ) -> bool:
         sql = f"UPDATE fences SET owner_replica = ?, owner_boot = ?, lease_until = ?, attempts = attempts + 1, updated_at = ? WHERE {_HELD}"
         params = (owner.replica_id, owner.boot_id, lease_until, now, fence_id, expected.replica_id, expected.boot_id, attempts)
-        return await self._run(lambda: self._update(sql, params))
+        return await self._run(lambda conn: self._update(conn, sql, params))
 
     async def renew(self, fence_id: str, *, owner: Owner, attempts: int, lease_until: float, now: float) -> bool:
         sql = f"UPDATE fences SET lease_until = ?, updated_at = ? WHERE {_HELD}"
         params = (lease_until, now, fence_id, owner.replica_id, owner.boot_id, attempts)
-        return await self._run(lambda: self._update(sql, params))
+        return await self._run(lambda conn: self._update(conn, sql, params))
 
     async def finish(
         self,
@@ -262,12 +211,12 @@ class SqliteFenceStore:
             raise ValueError("finish() moves a fence to done or unknown, not pending")
         sql = f"UPDATE fences SET state = ?, answer = ?, lease_until = NULL, updated_at = ? WHERE {_HELD}"
         params = (state.value, dump_answer(answer), now, fence_id, expected.replica_id, expected.boot_id, attempts)
-        return await self._run(lambda: self._update(sql, params))
+        return await self._run(lambda conn: self._update(conn, sql, params))
 
     async def delete_if_owner(self, fence_id: str, *, owner: Owner, attempts: int) -> bool:
         sql = f"DELETE FROM fences WHERE {_HELD}"
         params = (fence_id, owner.replica_id, owner.boot_id, attempts)
-        return await self._run(lambda: self._update(sql, params))
+        return await self._run(lambda conn: self._update(conn, sql, params))
 
     async def sweep(self, cutoff: float) -> int:
         """In batches of `SWEEP_BATCH_ROWS` found by the (state, updated_at) index, each its own
@@ -275,8 +224,7 @@ class SqliteFenceStore:
         loop); after each batch it rests as long as the batch took, so calls waiting for the write
         lock get it between batches. A pending fence's lease ends after its last update, so
         `lease_until < cutoff` implies `updated_at < cutoff`: the index finds those too."""
-        if self._conn is None:
-            raise StoreError("the SQLite fence store is not open")
+        self._db.connection()  # StoreError when not open
         total = 0
         conn = await anyio.to_thread.run_sync(self._housekeeping_connection)
         try:
@@ -319,11 +267,10 @@ class SqliteFenceStore:
 
     async def ping(self) -> None:
         """One indexed probe: the file is open and readable (no scan, whatever its size)."""
-        await self._run(lambda: self._connection().execute("SELECT 1 FROM fences LIMIT 1").fetchall())
+        await self._run(lambda conn: conn.execute("SELECT 1 FROM fences LIMIT 1").fetchall())
 
     async def stats(self) -> FenceStats:
-        def op() -> FenceStats:
-            conn = self._connection()
+        def op(conn: sqlite3.Connection) -> FenceStats:
             counts = dict(conn.execute("SELECT state, count(*) FROM fences GROUP BY state").fetchall())
             oldest, newest = conn.execute("SELECT min(updated_at), max(updated_at) FROM fences").fetchone()
             return FenceStats(
@@ -351,14 +298,8 @@ class SqliteFenceStore:
         sql = f"SELECT {_COLS} FROM fences {'WHERE ' + ' AND '.join(where) if where else ''} ORDER BY updated_at DESC LIMIT ?"
         params.append(int(limit))
 
-        def op() -> list[FenceRecord]:
-            return [record_from_row(r) for r in self._connection().execute(sql, params).fetchall()]
+        def op(conn: sqlite3.Connection) -> list[FenceRecord]:
+            return [record_from_row(r) for r in conn.execute(sql, params).fetchall()]
 
         return await self._run(op)
 
-
-def _is_busy(exc: sqlite3.OperationalError) -> bool:
-    code = getattr(exc, "sqlite_errorcode", None)
-    if code is not None:
-        return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
-    return "locked" in str(exc) or "busy" in str(exc)
