@@ -28,9 +28,13 @@ def fence_id(principal: str, key: str) -> str:
     return hashlib.sha256(b"dex-fence-v1\x00" + _length_prefixed(principal, key)).hexdigest()
 
 
+# One encoder, built once: `encode` keeps no state between calls (json.dumps would build one per call).
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def canonical_json(value: Any) -> str:
     """JSON text that is the same for equal values, whatever the key order."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return _CANONICAL.encode(value)
 
 
 def arguments_digest(arguments: Mapping[str, Any] | None) -> str:

@@ -80,9 +80,13 @@ class FenceStats:
     newest_updated_at: float | None
 
 
+# Built once (json.dumps would build an encoder per call); `encode` keeps no state between calls.
+_ANSWER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
 def dump_answer(answer: Result | None) -> str | None:
     # Kept as text (not JSONB) so key order and content survive exactly for replays.
-    return None if answer is None else json.dumps(answer, ensure_ascii=False, separators=(",", ":"))
+    return None if answer is None else _ANSWER.encode(answer)
 
 
 def load_answer(text: str | None) -> Result | None:
