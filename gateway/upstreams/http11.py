@@ -510,9 +510,11 @@ class Http11Transport:
         now = loop.time()
         left = False
         for idle in self._idle.values():
-            keep = [c for c in idle if not c.closed and now - c.idle_since <= self._keepalive_expiry]
+            keep = []
             for conn in idle:
-                if conn not in keep:
+                if not conn.closed and now - conn.idle_since <= self._keepalive_expiry:
+                    keep.append(conn)
+                else:
                     self._drop(conn)
             idle[:] = keep
             left = left or bool(keep)

@@ -19,10 +19,9 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, Self
 
 import anyio
 import anyio.to_thread
@@ -48,7 +47,6 @@ SCHEMA_VERSION = 1
 _COLS = ", ".join(COLUMNS)
 _HELD = "fence_id = ? AND state = 'pending' AND owner_replica = ? AND owner_boot = ? AND attempts = ?"
 
-T = TypeVar("T")
 
 # Rows deleted per write transaction by a sweep or purge (a few ms of write lock each).
 SWEEP_BATCH_ROWS = 500
@@ -87,11 +85,20 @@ class SqliteFenceStore:
         # With synchronous=NORMAL a WAL commit writes without fsync, so statements run on the
         # event loop and lock waits are asynchronous; FULL keeps a worker thread (loop_sqlite.py).
         self._db = LoopSqlite(path, synchronous=synchronous, busy_timeout_ms=busy_timeout_ms, name="SQLite fence store")
-        self.path = self._db.path
-        self.synchronous = self._db.synchronous
-        self.busy_timeout_ms = busy_timeout_ms
         self._claim = f"INSERT INTO fences ({_COLS}) VALUES ({', '.join('?' * len(COLUMNS))}) ON CONFLICT (fence_id) DO NOTHING"
         self._read = f"SELECT {_COLS} FROM fences WHERE fence_id = ?"
+
+    @property
+    def path(self) -> Path:
+        return self._db.path
+
+    @property
+    def synchronous(self) -> str:
+        return self._db.synchronous
+
+    @property
+    def busy_timeout_ms(self) -> int:
+        return self._db.busy_timeout_ms
 
     @classmethod
     def from_url(cls, url: str) -> "SqliteFenceStore":
@@ -149,9 +156,6 @@ class SqliteFenceStore:
 
     # -- plumbing ----------------------------------------------------------------------
 
-    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        return await self._db.run(fn)
-
     @staticmethod
     def _update(conn: sqlite3.Connection, sql: str, params: tuple[Any, ...]) -> bool:
         # One statement in autocommit is its own transaction, and a writing statement takes the
@@ -174,7 +178,7 @@ class SqliteFenceStore:
             return None if existing is None else (False, record_from_row(existing))
 
         while True:
-            found = await self._run(op)
+            found = await self._db.run(op)
             if found is not None:
                 return found
 
@@ -183,19 +187,19 @@ class SqliteFenceStore:
             row = conn.execute(self._read, (fence_id,)).fetchone()
             return None if row is None else record_from_row(row)
 
-        return await self._run(op)
+        return await self._db.run(op)
 
     async def take_over(
         self, fence_id: str, *, expected: Owner, attempts: int, owner: Owner, lease_until: float, now: float
     ) -> bool:
         sql = f"UPDATE fences SET owner_replica = ?, owner_boot = ?, lease_until = ?, attempts = attempts + 1, updated_at = ? WHERE {_HELD}"
         params = (owner.replica_id, owner.boot_id, lease_until, now, fence_id, expected.replica_id, expected.boot_id, attempts)
-        return await self._run(lambda conn: self._update(conn, sql, params))
+        return await self._db.run(lambda conn: self._update(conn, sql, params))
 
     async def renew(self, fence_id: str, *, owner: Owner, attempts: int, lease_until: float, now: float) -> bool:
         sql = f"UPDATE fences SET lease_until = ?, updated_at = ? WHERE {_HELD}"
         params = (lease_until, now, fence_id, owner.replica_id, owner.boot_id, attempts)
-        return await self._run(lambda conn: self._update(conn, sql, params))
+        return await self._db.run(lambda conn: self._update(conn, sql, params))
 
     async def finish(
         self,
@@ -211,12 +215,12 @@ class SqliteFenceStore:
             raise ValueError("finish() moves a fence to done or unknown, not pending")
         sql = f"UPDATE fences SET state = ?, answer = ?, lease_until = NULL, updated_at = ? WHERE {_HELD}"
         params = (state.value, dump_answer(answer), now, fence_id, expected.replica_id, expected.boot_id, attempts)
-        return await self._run(lambda conn: self._update(conn, sql, params))
+        return await self._db.run(lambda conn: self._update(conn, sql, params))
 
     async def delete_if_owner(self, fence_id: str, *, owner: Owner, attempts: int) -> bool:
         sql = f"DELETE FROM fences WHERE {_HELD}"
         params = (fence_id, owner.replica_id, owner.boot_id, attempts)
-        return await self._run(lambda conn: self._update(conn, sql, params))
+        return await self._db.run(lambda conn: self._update(conn, sql, params))
 
     async def sweep(self, cutoff: float) -> int:
         """In batches of `SWEEP_BATCH_ROWS` found by the (state, updated_at) index, each its own
@@ -267,7 +271,7 @@ class SqliteFenceStore:
 
     async def ping(self) -> None:
         """One indexed probe: the file is open and readable (no scan, whatever its size)."""
-        await self._run(lambda conn: conn.execute("SELECT 1 FROM fences LIMIT 1").fetchall())
+        await self._db.run(lambda conn: conn.execute("SELECT 1 FROM fences LIMIT 1").fetchall())
 
     async def stats(self) -> FenceStats:
         def op(conn: sqlite3.Connection) -> FenceStats:
@@ -282,7 +286,7 @@ class SqliteFenceStore:
                 newest_updated_at=newest,
             )
 
-        return await self._run(op)
+        return await self._db.run(op)
 
     async def list_records(
         self, *, state: FenceState | None = None, principal: str | None = None, limit: int = 100
@@ -301,5 +305,5 @@ class SqliteFenceStore:
         def op(conn: sqlite3.Connection) -> list[FenceRecord]:
             return [record_from_row(r) for r in conn.execute(sql, params).fetchall()]
 
-        return await self._run(op)
+        return await self._db.run(op)
 
