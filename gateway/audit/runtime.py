@@ -10,6 +10,7 @@ from typing import Protocol
 
 from ..config.model import AuditConfig
 from ..storage.database import Database, opened
+from ..storage.loop_sqlite import Checkpointed
 from .log import AuditLog
 from .stores import open_audit_store
 
@@ -34,7 +35,10 @@ async def open_audit(config: AuditConfig, database: Database) -> AsyncIterator[A
 
 
 def start_audit(config: AuditConfig, log: AuditLog, loop: _Loops) -> None:
-    """The writer and the retention sweeper, each as a supervised loop (`loop(work, fn)`)."""
+    """The writer, the retention sweeper and (SQLite) the checkpointer, each as a supervised loop
+    (`loop(work, fn)`)."""
     retention = timedelta(days=config.retention_days)
     loop("audit writer", log.run_writer)
     loop("audit sweeper", lambda: log.run_sweeper(retention, config.sweep_interval_seconds))
+    if isinstance(log.store, Checkpointed):
+        loop("audit log checkpointer", log.store.run_checkpointer)

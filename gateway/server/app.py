@@ -45,6 +45,7 @@ from ..pins.service import ToolPins
 from ..pipeline.approval import ApprovalStage
 from ..connectors.bindings.policy import BindingPolicy
 from ..storage.database import Database, opened
+from ..storage.loop_sqlite import Checkpointed
 from ..storage.events import ClusterEvents
 from ..storage.replicas import ReplicaDirectory
 from ..front.forwarding import RoundForwardingApp, SessionForwarding
@@ -225,6 +226,8 @@ def create_app(config: GatewayConfig, *, drain: Drain | None = None, telemetry: 
                     tg.start_soon(supervisor.loop, "fence sweeper", lambda: runtime.fences.run_sweeper(
                         retention, config.fences.sweep_interval_seconds))
                     tg.start_soon(supervisor.loop, "fence lease renewer", runtime.fences.run_renewer)
+                    if isinstance(store, Checkpointed):
+                        tg.start_soon(supervisor.loop, "fence store checkpointer", store.run_checkpointer)
                     if runtime.approvals is not None:
                         tg.start_soon(supervisor.loop, "approval sweeper", partial(
                             runtime.approvals.run_sweeper, config.fences.sweep_interval_seconds))

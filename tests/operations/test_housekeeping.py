@@ -227,3 +227,26 @@ async def test_a_runtime_that_stops_under_a_live_server_fails_healthz(tmp_path: 
         server.should_exit = True
     assert health.status_code == 503 and health.json() == {"status": "failed"}
     assert mcp.status_code == 503 and "nothing was done" in mcp.json()["error"]["message"]
+
+
+@pytest.mark.anyio
+async def test_the_running_gateway_checkpoints_its_sqlite_file_off_the_event_loop(tmp_path: Path) -> None:
+    """Both kept connections on the gateway's SQLite file (the fences', the audit log's) hand
+    their WAL checkpoints to the checkpointer while the runtime runs (storage/loop_sqlite.py)."""
+    from gateway.config.model import GatewayConfig
+    from gateway.server.app import create_app
+
+    config = GatewayConfig.model_validate({"fences": {"store": f"sqlite:///{tmp_path / 'gateway.db'}"}, "upstreams": []})
+    app = create_app(config)
+
+    def autocheckpoint(conn: sqlite3.Connection) -> int:
+        return int(conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
+
+    async with app.router.lifespan_context(app):
+        runtime = app.state.runtime
+        assert runtime.audit is not None
+        # The stores' kept connections (private: nothing else should reach them).
+        fences, audit = runtime.store._db, runtime.audit.store._writer
+        with anyio.fail_after(10):
+            while (await fences.run(autocheckpoint), await audit.run(autocheckpoint)) != (0, 0):
+                await anyio.sleep(0.02)

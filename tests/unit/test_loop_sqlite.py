@@ -15,18 +15,35 @@ import pytest
 
 from gateway.audit.stores.sqlite import SqliteAuditStore
 from gateway.errors import StoreError
-from gateway.storage.loop_sqlite import LoopSqlite
+from gateway.storage.loop_sqlite import RESTART_PAGES, LoopSqlite
 
 pytestmark = pytest.mark.anyio
 
 
 def _setup(conn: sqlite3.Connection) -> None:
     conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("CREATE TABLE IF NOT EXISTS t (v INTEGER)")
+    conn.execute("CREATE TABLE IF NOT EXISTS t (v)")
 
 
 def _insert(conn: sqlite3.Connection) -> int:
     return conn.execute("INSERT INTO t (v) VALUES (1)").rowcount
+
+
+PAGE = 4096
+
+
+def _insert_page(conn: sqlite3.Connection) -> None:
+    # A row bigger than a page: each commit appends at least one page to the WAL.
+    conn.execute("INSERT INTO t (v) VALUES (?)", (b"x" * PAGE,))
+
+
+def _wal_pages(path: Path) -> int:
+    wal = path.with_name(path.name + "-wal")
+    return wal.stat().st_size // PAGE if wal.exists() else 0
+
+
+def _autocheckpoint(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
 
 
 def _hold_write_lock(path: Path) -> sqlite3.Connection:
@@ -110,3 +127,95 @@ async def test_the_audit_store_takes_synchronous_from_the_url(tmp_path: Path) ->
     assert default.synchronous == "NORMAL" and full.synchronous == "FULL"
     with pytest.raises(ValueError, match="synchronous"):
         SqliteAuditStore.from_url(f"sqlite:///{tmp_path}/a.db?synchronous=maybe")
+
+
+async def test_without_the_checkpointer_commits_checkpoint_by_themselves(tmp_path: Path) -> None:
+    """The baseline the next test departs from: SQLite's automatic checkpoint keeps the WAL near
+    1,000 pages (inside a commit, i.e. on the event loop)."""
+    db = LoopSqlite(tmp_path / "x.db")
+    await db.open(_setup)
+    try:
+        for _ in range(2 * RESTART_PAGES):
+            await db.run(_insert_page)
+        assert _wal_pages(db.path) < 1.5 * RESTART_PAGES
+        assert await db.run(_autocheckpoint) == RESTART_PAGES
+    finally:
+        await db.close()
+
+
+async def test_while_the_checkpointer_runs_no_commit_on_the_loop_checkpoints(tmp_path: Path) -> None:
+    db = LoopSqlite(tmp_path / "x.db")
+    await db.open(_setup)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: db.run_checkpointer(3600))  # its first pass never comes
+            await anyio.sleep(0.1)
+            assert await db.run(_autocheckpoint) == 0
+            for _ in range(2 * RESTART_PAGES):
+                await db.run(_insert_page)
+            assert _wal_pages(db.path) >= 2 * RESTART_PAGES  # nothing copied back, nothing restarted
+            tg.cancel_scope.cancel()
+        assert await db.run(_autocheckpoint) == RESTART_PAGES  # on its own again once it stopped
+    finally:
+        await db.close()
+
+
+async def test_the_checkpointer_copies_and_restarts_the_wal_off_the_loop(tmp_path: Path) -> None:
+    db = LoopSqlite(tmp_path / "x.db")
+    await db.open(_setup)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: db.run_checkpointer(0.02))
+            await anyio.sleep(0.1)
+            for i in range(6 * RESTART_PAGES):
+                await db.run(_insert_page)
+                if i % 25 == 0:
+                    await anyio.sleep(0.005)  # a gateway's loop is not a tight loop of commits
+            await anyio.sleep(0.2)
+            tg.cancel_scope.cancel()
+        # Restarted over and over: the file never held all the pages written (a busy box lets
+        # it run past the threshold before a pass comes).
+        assert _wal_pages(db.path) < 4 * RESTART_PAGES
+        with sqlite3.connect(db.path) as other:
+            assert other.execute("SELECT count(*) FROM t").fetchone()[0] == 6 * RESTART_PAGES
+    finally:
+        await db.close()
+
+
+async def test_a_long_reader_keeps_the_wal_from_restarting_but_never_holds_the_writes(tmp_path: Path) -> None:
+    db = LoopSqlite(tmp_path / "x.db")
+    await db.open(_setup)
+    await db.run(_insert_page)
+    reader = sqlite3.connect(db.path, isolation_level=None, check_same_thread=False)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM t").fetchone()  # a snapshot the restart must wait for
+    slowest = 0.0
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: db.run_checkpointer(0.01))
+            for i in range(3 * RESTART_PAGES):
+                started = time.monotonic()
+                await db.run(_insert_page)
+                slowest = max(slowest, time.monotonic() - started)
+                if i % 20 == 0:
+                    await anyio.sleep(0.001)  # the checkpointer's passes run meanwhile
+            grown = _wal_pages(db.path)
+            tg.cancel_scope.cancel()
+        assert grown >= 3 * RESTART_PAGES  # the reader's snapshot pinned the WAL
+        assert slowest < 0.1  # a restart holds the write lock 10 ms at most waiting for the reader
+    finally:
+        reader.close()
+        await db.close()
+
+
+async def test_with_full_the_checkpointer_leaves_the_commits_to_checkpoint(tmp_path: Path) -> None:
+    db = LoopSqlite(tmp_path / "x.db", synchronous="FULL")
+    await db.open(_setup)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(db.run_checkpointer)
+            await anyio.sleep(0.05)
+            assert await db.run(_autocheckpoint) == RESTART_PAGES  # they run on a worker thread already
+            tg.cancel_scope.cancel()
+    finally:
+        await db.close()

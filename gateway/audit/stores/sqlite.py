@@ -66,6 +66,10 @@ class SqliteAuditStore(SqliteTable):
         await self._writer.close()
         await super().close()
 
+    async def run_checkpointer(self) -> None:
+        """The WAL's checkpoints off the event loop, until cancelled (`LoopSqlite`)."""
+        await self._writer.run_checkpointer()
+
     async def append(self, entries: list[AuditEntry]) -> None:
         rows: list[AuditRow] = [entry.to_row() for entry in entries]
         await self._writer.run(lambda conn: write_transaction(conn, lambda c: c.executemany(_INSERT, rows)))

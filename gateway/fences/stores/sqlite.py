@@ -145,6 +145,10 @@ class SqliteFenceStore:
     async def close(self) -> None:
         await self._db.close()
 
+    async def run_checkpointer(self) -> None:
+        """The WAL's checkpoints off the event loop, until cancelled (`LoopSqlite`)."""
+        await self._db.run_checkpointer()
+
     async def __aenter__(self) -> Self:
         await self.open()
         return self
