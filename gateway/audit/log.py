@@ -12,10 +12,10 @@ default), then writes everything queued in one transaction per `batch_rows` rows
 event loop run between batches (a SQLite batch is written on the loop: ~20 µs a row, so 100 rows
 hold it ~2 ms). One transaction per 50 ms instead of one per call keeps the writer's cost per call
 small at any rate (measured: bench/call_profile.py, docs/audit.md). The arguments' digest (and
-their JSON, when kept) is computed by the writer, after the answer. A clean shutdown writes every queued row before the
-database closes (`close`); a SIGKILL loses the rows queued and not yet committed: the calls
-answered in the last `flush_interval` plus one batch write, whose fences still hold the outcome
-of every keyed write (docs/audit.md).
+their JSON, when kept) is computed by the writer, after the answer. A clean shutdown writes every
+queued row before the database closes (`close`); a SIGKILL loses the rows queued and not yet
+committed: the calls answered in the last `flush_interval` plus one batch write, whose fences
+still hold the outcome of every keyed write (docs/audit.md).
 """
 
 from __future__ import annotations
