@@ -20,8 +20,9 @@ a drift of the machine during the run (CPU frequency, another process) spreads o
 case instead of landing on one. Driver: bench/loadgen.py (raw asyncio HTTP/1.1 JSON-RPC, its
 own process, no SDK client), `--warmup` unmeasured calls before each slice.
 
-Output: p50/p99/mean per case, and the fence's added cost as (a)-(c) and (b)-(c) in ms and
-as ratios (a)/(c), (b)/(c) at p50 and p99. The load generator, the gateways, the upstream and
+Output: p50/p99/mean per case, the answering gateway's CPU per call and PostgreSQL's (all its
+processes on the box, read from /proc around each slice, warm-up calls included), and the fence's
+added cost as (a)-(c) and (b)-(c) in ms and as ratios (a)/(c), (b)/(c) at p50 and p99. The load generator, the gateways, the upstream and
 PostgreSQL share the machine's cores; at c=1 they mostly take turns.
 """
 
@@ -43,7 +44,9 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from gateway_overhead import PYTHON, ROOT, SCRATCH_LAUNCHER, Proc, percentile, start, wait_for_tools  # noqa: E402
+from gateway_overhead import (  # noqa: E402
+    PYTHON, ROOT, SCRATCH_LAUNCHER, Proc, percentile, postgres_cpu_seconds, start, wait_for_tools,
+)
 
 PG_URL = os.environ.get("DEX_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
@@ -147,34 +150,45 @@ def main() -> int:
             if not pg_problem:
                 gw_pg_other = gateway("gateway-pg-compare", pg_store + "_b", args.compare_pythonpath)
 
-        # case -> (url, tool, fresh keys)
-        cases: dict[str, tuple[str, str, bool]] = {
-            "(a) fenced, SQLite": (gw_sqlite.url, "fenced__write", True),
+        # case -> (the process that answers, tool, fresh keys)
+        cases: dict[str, tuple[Proc, str, bool]] = {
+            "(a) fenced, SQLite": (gw_sqlite, "fenced__write", True),
         }
         if gw_sqlite_other is not None:
-            cases["(a') fenced, SQLite, DIR"] = (gw_sqlite_other.url, "fenced__write", True)
+            cases["(a') fenced, SQLite, DIR"] = (gw_sqlite_other, "fenced__write", True)
         if gw_pg is not None:
-            cases["(b) fenced, PostgreSQL"] = (gw_pg.url, "fenced__write", True)
+            cases["(b) fenced, PostgreSQL"] = (gw_pg, "fenced__write", True)
         if gw_pg_other is not None:
-            cases["(b') fenced, PostgreSQL, DIR"] = (gw_pg_other.url, "fenced__write", True)
-        cases["(c) unfenced (keyless pass)"] = (gw_sqlite.url, "open__write", False)
+            cases["(b') fenced, PostgreSQL, DIR"] = (gw_pg_other, "fenced__write", True)
+        cases["(c) unfenced (keyless pass)"] = (gw_sqlite, "open__write", False)
         if gw_sqlite_other is not None:
-            cases["(c') unfenced, DIR"] = (gw_sqlite_other.url, "open__write", False)
+            cases["(c') unfenced, DIR"] = (gw_sqlite_other, "open__write", False)
         if not args.no_direct:
-            cases["(d) direct to upstream"] = (upstream.url, "write", False)
+            cases["(d) direct to upstream"] = (upstream, "write", False)
 
         rounds = max(1, args.rounds)
         per_slice = [args.calls // rounds + (1 if i < args.calls % rounds else 0) for i in range(rounds)]
-        raw: dict[str, dict[str, Any]] = {name: {"lat": [], "errors": 0, "first_errors": [], "wall": 0.0} for name in cases}
+        raw: dict[str, dict[str, Any]] = {
+            name: {"lat": [], "errors": 0, "first_errors": [], "wall": 0.0, "cpu": 0.0, "pg_cpu": 0.0, "sent": 0}
+            for name in cases
+        }
         for n in per_slice:
-            for name, (url, tool, fresh) in cases.items():
-                out = run_slice(url, tool, n, fresh, args)
+            for name, (proc, tool, fresh) in cases.items():
+                cpu, pg_cpu = proc.cpu_seconds(), postgres_cpu_seconds()
+                out = run_slice(proc.url, tool, n, fresh, args)
+                raw[name]["cpu"] += proc.cpu_seconds() - cpu  # the gateway's (or, direct, the upstream's)
+                raw[name]["pg_cpu"] += postgres_cpu_seconds() - pg_cpu
+                raw[name]["sent"] += n + args.warmup
                 raw[name]["lat"].extend(out["latencies_ms"])
                 raw[name]["errors"] += out["errors"]
                 raw[name]["first_errors"].extend(out["first_errors"])
                 raw[name]["wall"] += out["wall_s"]
 
         rows = {name: summarize(r["lat"], r["errors"], r["first_errors"], r["wall"]) for name, r in raw.items()}
+        for name, r in raw.items():
+            # CPU per call over every call of the slices, warm-up included (it ran in them).
+            rows[name]["cpu_ms_per_call"] = r["cpu"] / r["sent"] * 1000
+            rows[name]["postgres_cpu_ms_per_call"] = r["pg_cpu"] / r["sent"] * 1000
         added = {}
         for name in ("(a) fenced, SQLite", "(a') fenced, SQLite, DIR", "(b) fenced, PostgreSQL",
                      "(b') fenced, PostgreSQL, DIR"):
@@ -206,7 +220,8 @@ def main() -> int:
                   f"in {rounds} interleaved slices, {meta['cpus']} CPU cores shared by all processes")
             if pg_problem:
                 print(f"(b) skipped: PostgreSQL unreachable at {PG_URL}: {pg_problem}")
-            header = (f"{'case':<30} {'calls':>6} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8} {'calls/s':>8} |"
+            header = (f"{'case':<30} {'calls':>6} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8} {'calls/s':>8}"
+                      f" {'cpu ms':>7} {'pg cpu':>7} |"
                       f" {'+p50 ms':>8} {'+p99 ms':>8} {'p50 x':>6} {'p99 x':>6} {'thru x':>6}")
             print(header)
             print("-" * len(header))
@@ -217,11 +232,12 @@ def main() -> int:
                     extra = (f" | {a['p50_added_ms']:>+8.2f} {a['p99_added_ms']:>+8.2f} "
                              f"{a['p50_ratio']:>6.2f} {a['p99_ratio']:>6.2f} {a['throughput_ratio']:>6.2f}")
                 print(f"{name:<30} {r['calls']:>6} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} {r['mean_ms']:>8.2f}"
-                      f" {r['calls_per_s']:>8.0f}{extra}")
+                      f" {r['calls_per_s']:>8.0f} {r['cpu_ms_per_call']:>7.2f} {r['postgres_cpu_ms_per_call']:>7.2f}{extra}")
                 if r["errors"]:
                     print(f"    {r['errors']} errors; first: {r['first_errors'][:1]}")
             print("+p50/+p99: added over (c) (DIR rows: over (c')), the same gateway path without the fence; x: ratio to it"
-                  " (thru x: calls/s over (c)'s; the goal at c=16 is >= 0.8 for PostgreSQL).")
+                  " (thru x: calls/s over (c)'s; the goal at c=16 is >= 0.8 for PostgreSQL). cpu ms: the answering"
+                  " gateway's CPU per call ((d): the upstream's); pg cpu: every postgres process's, per call.")
         return 0 if all(r["errors"] == 0 for r in rows.values()) else 1
     finally:
         for p in reversed(procs):

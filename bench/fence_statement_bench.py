@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sqlite3
 import statistics
 import tempfile
@@ -43,6 +42,7 @@ from gateway.conventions.keys import Effect
 from gateway.fences import FenceRecord, FenceState, Owner
 from gateway.fences.records import COLUMNS
 from gateway.fences.stores.sqlite import _SCHEMA_V1, SqliteFenceStore
+from gateway_overhead import postgres_cpu_seconds
 
 ANSWER: dict[str, Any] = {"content": [{"type": "text", "text": "ok " * 40}], "isError": False}
 ANSWER_TEXT = json.dumps(ANSWER)
@@ -180,20 +180,6 @@ def part_sqlite_schemas(calls: int, gap: float, workdir: Path) -> None:
 
 
 # -- part 3: PostgreSQL, HOT finishes ------------------------------------------------------
-
-
-def postgres_cpu_seconds() -> float:
-    """CPU time of every `postgres` process on this box (the local server's backends and workers)."""
-    total = 0
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if not Path(f"/proc/{pid}/comm").read_text().startswith("postgres"):
-                continue
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
 
 
 async def pg_round(pool: asyncpg.Pool, table: str, calls: int, concurrency: int) -> tuple[float, float]:

@@ -113,6 +113,21 @@ class Proc:
                 self.popen.wait()
 
 
+def postgres_cpu_seconds() -> float:
+    """utime + stime of every `postgres` process on this box (the local server: its backends, WAL
+    writer and checkpointer), from /proc."""
+    total = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if not Path(f"/proc/{pid}/comm").read_text().startswith("postgres"):
+                continue
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / CLK_TCK
+
+
 def start(name: str, cmd: list[str], workdir: Path, env: dict[str, str] | None = None, timeout: float = 30.0,
           count_children: bool = False) -> Proc:
     log = workdir / f"{name}.log"
