@@ -22,8 +22,9 @@ own process, no SDK client), `--warmup` unmeasured calls before each slice.
 
 Output: p50/p99/mean per case, the answering gateway's CPU per call and PostgreSQL's (all its
 processes on the box, read from /proc around each slice, warm-up calls included), and the fence's
-added cost as (a)-(c) and (b)-(c) in ms and as ratios (a)/(c), (b)/(c) at p50 and p99. The load generator, the gateways, the upstream and
-PostgreSQL share the machine's cores; at c=1 they mostly take turns.
+added cost as (a)-(c) and (b)-(c) in ms and as ratios (a)/(c), (b)/(c) at p50 and p99. The load
+generator, the gateways, the upstream and PostgreSQL share the machine's cores; at c=1 they mostly
+take turns.
 """
 
 from __future__ import annotations
@@ -232,7 +233,8 @@ def main() -> int:
                     extra = (f" | {a['p50_added_ms']:>+8.2f} {a['p99_added_ms']:>+8.2f} "
                              f"{a['p50_ratio']:>6.2f} {a['p99_ratio']:>6.2f} {a['throughput_ratio']:>6.2f}")
                 print(f"{name:<30} {r['calls']:>6} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} {r['mean_ms']:>8.2f}"
-                      f" {r['calls_per_s']:>8.0f} {r['cpu_ms_per_call']:>7.2f} {r['postgres_cpu_ms_per_call']:>7.2f}{extra}")
+                      f" {r['calls_per_s']:>8.0f} {r['cpu_ms_per_call']:>7.2f}"
+                      f" {r['postgres_cpu_ms_per_call']:>7.2f}{extra}")
                 if r["errors"]:
                     print(f"    {r['errors']} errors; first: {r['first_errors'][:1]}")
             print("+p50/+p99: added over (c) (DIR rows: over (c')), the same gateway path without the fence; x: ratio to it"

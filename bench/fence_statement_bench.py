@@ -64,7 +64,8 @@ def spin(seconds: float) -> None:
 
 
 def pending(fence_id: str, now: float) -> FenceRecord:
-    return FenceRecord(fence_id=fence_id, principal="bench", fingerprint="f" * 64, tool="write", effect=Effect.NON_IDEMPOTENT_WRITE,
+    return FenceRecord(fence_id=fence_id, principal="bench", fingerprint="f" * 64, tool="write",
+                       effect=Effect.NON_IDEMPOTENT_WRITE,
                        state=FenceState.PENDING, owner=OWNER, lease_until=now + 30, answer=None, created_at=now,
                        updated_at=now, attempts=1)
 
@@ -100,7 +101,8 @@ async def part_store(calls: int, gap: float, workdir: Path) -> None:
     async def busy() -> None:
         spin(gap)
 
-    cases = {"back to back": nothing, f"after a {gap * 1000:g} ms sleep": sleep, f"after a {gap * 1000:g} ms spin": busy}
+    ms = f"{gap * 1000:g} ms"
+    cases = {"back to back": nothing, f"after a {ms} sleep": sleep, f"after a {ms} spin": busy}
     results: dict[str, list[dict[str, float]]] = {name: [] for name in cases}
     async with SqliteFenceStore(workdir / "store.db") as store:
         async with anyio.create_task_group() as tg:
@@ -130,8 +132,8 @@ def sqlite_variant(path: Path, schema: str) -> sqlite3.Connection:
     conn.execute("BEGIN")
     now = time.time()
     for _ in range(20_000):  # a table that is not empty: pages to find
-        conn.execute(_INSERT, (uuid.uuid4().hex * 2, "bench", "f" * 64, "write", "non_idempotent_write", "done", None, None,
-                               None, ANSWER_TEXT, now, now, 1))
+        conn.execute(_INSERT, (uuid.uuid4().hex * 2, "bench", "f" * 64, "write", "non_idempotent_write", "done",
+                               None, None, None, ANSWER_TEXT, now, now, 1))
     conn.execute("COMMIT")
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     return conn
@@ -144,8 +146,8 @@ def sqlite_round(conn: sqlite3.Connection, calls: int, gap: float) -> tuple[floa
         fence_id, now = uuid.uuid4().hex * 2, time.time()
         time.sleep(gap)
         t0 = time.perf_counter_ns()
-        conn.execute(_INSERT, (fence_id, "bench", "f" * 64, "write", "non_idempotent_write", "pending", "r", "b", now + 30,
-                               None, now, now, 1))
+        conn.execute(_INSERT, (fence_id, "bench", "f" * 64, "write", "non_idempotent_write", "pending", "r", "b",
+                               now + 30, None, now, now, 1))
         claims.append((time.perf_counter_ns() - t0) / 1000)
         time.sleep(gap)
         t0 = time.perf_counter_ns()
@@ -165,7 +167,8 @@ def part_sqlite_schemas(calls: int, gap: float, workdir: Path) -> None:
         "no secondary index": _SCHEMA_V1.replace(index, ""),
         "index on created_at": _SCHEMA_V1.replace(index, "CREATE INDEX fences_created ON fences (created_at)"),
     }
-    conns = {name: sqlite_variant(workdir / f"variant{i}.db", schema) for i, (name, schema) in enumerate(variants.items())}
+    conns = {name: sqlite_variant(workdir / f"variant{i}.db", schema)
+             for i, (name, schema) in enumerate(variants.items())}
     results: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
     for _ in range(ROUNDS):
         for name, conn in conns.items():

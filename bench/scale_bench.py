@@ -10,11 +10,12 @@ each) is called at c=1 on one keep-alive connection, through each gateway and di
 upstream, the four alternating request by request so load on the box hits all alike; each
 gateway's CPU is read from /proc around its calls. (The upstream's own time grows with its tool
 count -- the SDK server looks the tool up in its listing -- so the gateway is judged by its added
-p50 (the median of each call's time minus that of the direct call beside it) and its CPU.) The direct calls are made in the era the gateways speak to
-their upstream, 2026-07-28 (`auto` asks `server/discover` first), whichever era the client uses
-with the gateway: a handshake-era call to a stateless SDK server costs that server a session of
-its own per request, more with more tools, which is the upstream's cost and not routing. Then
-`tools/list` of the large gateway, cached, c=1.
+p50 -- the median of each call's time minus that of the direct call beside it -- and its CPU.)
+The direct calls are made in the era the gateways speak to their upstream, 2026-07-28 (`auto`
+asks `server/discover` first), whichever era the client uses with the gateway: a handshake-era
+call to a stateless SDK server costs that server a session of its own per request, more with more
+tools, which is the upstream's cost and not routing. Then `tools/list` of the large gateway,
+cached, c=1.
 
 Goals (issue 27): the large gateway's added p50 and CPU per call within 5 % of the small one's;
 `tools/list` of 10,000 tools p50 <= 15 ms. A 5 % p50 difference is ~0.1 ms here, inside run-to-run
