@@ -25,6 +25,10 @@ processes on the box, read from /proc around each slice, warm-up calls included)
 added cost as (a)-(c) and (b)-(c) in ms and as ratios (a)/(c), (b)/(c) at p50 and p99. The load
 generator, the gateways, the upstream and PostgreSQL share the machine's cores; at c=1 they mostly
 take turns.
+
+Goals (issue 27), printed MET / NOT MET below the table: at c=1 the SQLite fence adds <= 0.25 ms
+p50 and the PostgreSQL fence <= 0.8 ms p50 over (c); at higher concurrency (c=16 in the issue) the
+PostgreSQL-fenced throughput is >= 0.8x (c)'s.
 """
 
 from __future__ import annotations
@@ -46,10 +50,14 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from gateway_overhead import (  # noqa: E402
-    PYTHON, ROOT, SCRATCH_LAUNCHER, Proc, percentile, postgres_cpu_seconds, start, wait_for_tools,
+    GOAL_FENCE_ADDED_MS, PYTHON, ROOT, SCRATCH_LAUNCHER, Proc, percentile, postgres_cpu_seconds, start,
+    wait_for_tools,
 )
 
 PG_URL = os.environ.get("DEX_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+# Issue 27: a PostgreSQL fence adds <= 0.8 ms p50 at c=1; at c=16 its throughput >= 0.8x unfenced.
+GOAL_PG_ADDED_MS = 0.8
+GOAL_PG_THROUGHPUT = 0.8
 
 
 def gateway_yaml(upstream_url: str, store: str) -> str:
@@ -104,6 +112,28 @@ def summarize(latencies: list[float], errors: int, first_errors: list[str], wall
         "p99_ms": percentile(latencies, 99),
         "mean_ms": statistics.fmean(latencies) if latencies else float("nan"),
     }
+
+
+def goal_lines(added: dict[str, dict[str, float]], concurrency: int) -> list[str]:
+    """The issue's fence goals that apply at this concurrency, each MET / NOT MET: at c=1 the
+    added p50 of (a) and (b); above it the throughput of (b) over (c)."""
+    lines = []
+    verdict = {True: "MET", False: "NOT MET"}
+    sqlite, pg = added.get("(a) fenced, SQLite"), added.get("(b) fenced, PostgreSQL")
+    if concurrency == 1:
+        if sqlite is not None:
+            ok = sqlite["p50_added_ms"] <= GOAL_FENCE_ADDED_MS
+            lines.append(f"goal c=1: the SQLite fence adds {sqlite['p50_added_ms']:+.2f} ms p50 "
+                         f"<= {GOAL_FENCE_ADDED_MS:g} ms: {verdict[ok]}")
+        if pg is not None:
+            ok = pg["p50_added_ms"] <= GOAL_PG_ADDED_MS
+            lines.append(f"goal c=1: the PostgreSQL fence adds {pg['p50_added_ms']:+.2f} ms p50 "
+                         f"<= {GOAL_PG_ADDED_MS:g} ms: {verdict[ok]}")
+    elif pg is not None:
+        ok = pg["throughput_ratio"] >= GOAL_PG_THROUGHPUT
+        lines.append(f"goal c={concurrency}: PostgreSQL-fenced throughput {pg['throughput_ratio']:.2f}x the unfenced "
+                     f">= {GOAL_PG_THROUGHPUT:g}x: {verdict[ok]}")
+    return lines
 
 
 def main() -> int:
@@ -215,7 +245,8 @@ def main() -> int:
             "postgresql_skipped": pg_problem,
         }
         if args.json:
-            print(json.dumps({"meta": meta, "rows": rows, "added_over_unfenced": added}, indent=2))
+            print(json.dumps({"meta": meta, "rows": rows, "added_over_unfenced": added,
+                              "goals": goal_lines(added, args.concurrency)}, indent=2))
         else:
             print(f"fence overhead end to end: write tool through dex-gateway, c={args.concurrency}, {args.calls} calls per case "
                   f"in {rounds} interleaved slices, {meta['cpus']} CPU cores shared by all processes")
@@ -240,6 +271,8 @@ def main() -> int:
             print("+p50/+p99: added over (c) (DIR rows: over (c')), the same gateway path without the fence; x: ratio to it"
                   " (thru x: calls/s over (c)'s; the goal at c=16 is >= 0.8 for PostgreSQL). cpu ms: the answering"
                   " gateway's CPU per call ((d): the upstream's); pg cpu: every postgres process's, per call.")
+            for line in goal_lines(added, args.concurrency):
+                print(line)
         return 0 if all(r["errors"] == 0 for r in rows.values()) else 1
     finally:
         for p in reversed(procs):
