@@ -51,7 +51,7 @@ sys.path.insert(0, str(HERE))
 
 from gateway_overhead import (  # noqa: E402
     GOAL_FENCE_ADDED_MS, PYTHON, ROOT, SCRATCH_LAUNCHER, Proc, percentile, postgres_cpu_seconds, start,
-    wait_for_tools,
+    verdict, wait_for_tools,
 )
 
 PG_URL = os.environ.get("DEX_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
@@ -118,21 +118,20 @@ def goal_lines(added: dict[str, dict[str, float]], concurrency: int) -> list[str
     """The issue's fence goals that apply at this concurrency, each MET / NOT MET: at c=1 the
     added p50 of (a) and (b); above it the throughput of (b) over (c)."""
     lines = []
-    verdict = {True: "MET", False: "NOT MET"}
     sqlite, pg = added.get("(a) fenced, SQLite"), added.get("(b) fenced, PostgreSQL")
     if concurrency == 1:
         if sqlite is not None:
             ok = sqlite["p50_added_ms"] <= GOAL_FENCE_ADDED_MS
             lines.append(f"goal c=1: the SQLite fence adds {sqlite['p50_added_ms']:+.2f} ms p50 "
-                         f"<= {GOAL_FENCE_ADDED_MS:g} ms: {verdict[ok]}")
+                         f"<= {GOAL_FENCE_ADDED_MS:g} ms: {verdict(ok)}")
         if pg is not None:
             ok = pg["p50_added_ms"] <= GOAL_PG_ADDED_MS
             lines.append(f"goal c=1: the PostgreSQL fence adds {pg['p50_added_ms']:+.2f} ms p50 "
-                         f"<= {GOAL_PG_ADDED_MS:g} ms: {verdict[ok]}")
+                         f"<= {GOAL_PG_ADDED_MS:g} ms: {verdict(ok)}")
     elif pg is not None:
         ok = pg["throughput_ratio"] >= GOAL_PG_THROUGHPUT
         lines.append(f"goal c={concurrency}: PostgreSQL-fenced throughput {pg['throughput_ratio']:.2f}x the unfenced "
-                     f">= {GOAL_PG_THROUGHPUT:g}x: {verdict[ok]}")
+                     f">= {GOAL_PG_THROUGHPUT:g}x: {verdict(ok)}")
     return lines
 
 
@@ -269,7 +268,7 @@ def main() -> int:
                 if r["errors"]:
                     print(f"    {r['errors']} errors; first: {r['first_errors'][:1]}")
             print("+p50/+p99: added over (c) (DIR rows: over (c')), the same gateway path without the fence; x: ratio to it"
-                  " (thru x: calls/s over (c)'s; the goal at c=16 is >= 0.8 for PostgreSQL). cpu ms: the answering"
+                  " (thru x: calls/s over (c)'s). cpu ms: the answering"
                   " gateway's CPU per call ((d): the upstream's); pg cpu: every postgres process's, per call.")
             for line in goal_lines(added, args.concurrency):
                 print(line)

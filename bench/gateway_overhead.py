@@ -93,12 +93,10 @@ class Proc:
         while pending:
             pid = pending.pop()
             try:
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                total += process_cpu_seconds(pid)
                 children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
             except OSError:
                 continue
-            # fields[0] is state (field 3); utime=14, stime=15 -> index 11, 12
-            total += (int(fields[11]) + int(fields[12])) / CLK_TCK
             if self.count_children:
                 pending.extend(int(c) for c in children)
         return total
@@ -113,19 +111,24 @@ class Proc:
                 self.popen.wait()
 
 
+def process_cpu_seconds(pid: int | str) -> float:
+    """utime + stime of one process from /proc/PID/stat (OSError once it is gone)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    # fields[0] is state (field 3); utime=14, stime=15 -> index 11, 12
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
 def postgres_cpu_seconds() -> float:
     """utime + stime of every `postgres` process on this box (the local server: its backends, WAL
     writer and checkpointer), from /proc."""
-    total = 0
+    total = 0.0
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            if not Path(f"/proc/{pid}/comm").read_text().startswith("postgres"):
-                continue
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            if Path(f"/proc/{pid}/comm").read_text().startswith("postgres"):
+                total += process_cpu_seconds(pid)
         except OSError:
             continue
-        total += int(fields[11]) + int(fields[12])
-    return total / CLK_TCK
+    return total
 
 
 def start(name: str, cmd: list[str], workdir: Path, env: dict[str, str] | None = None, timeout: float = 30.0,
@@ -260,7 +263,7 @@ def _ratio(a: float | None, b: float | None) -> float:
     return a / b if a is not None and b else float("nan")
 
 
-def _verdict(ok: bool) -> str:
+def verdict(ok: bool) -> str:
     return "MET" if ok else "NOT MET"
 
 
@@ -274,7 +277,7 @@ def goal_lines(rows: list[dict[str, Any]]) -> list[str]:
         if r["concurrency"] == 1:
             ok = r["p50_overhead_ms"] <= GOAL_P50_OVERHEAD_MS
             lines.append(f"goal {r['case']}: added p50 {r['p50_overhead_ms']:+.2f} ms <= {GOAL_P50_OVERHEAD_MS:g} ms"
-                         f"{floor_added}: {_verdict(ok)}")
+                         f"{floor_added}: {verdict(ok)}")
             cpu = g.get("gateway_cpu_ms_per_call")
             if cpu is not None:
                 floor_cpu = f.get("floor_cpu_ms_per_call") if f else None
@@ -282,18 +285,18 @@ def goal_lines(rows: list[dict[str, Any]]) -> list[str]:
                 ok = cpu <= GOAL_GATEWAY_CPU_MS and (floor_cpu is None or over <= GOAL_CPU_OVER_FLOOR)
                 beside = f", {over:.2f}x the floor's {floor_cpu:.2f} ms (<= {GOAL_CPU_OVER_FLOOR:g}x)" if floor_cpu else ""
                 lines.append(f"goal {r['case']}: gateway CPU {cpu:.2f} ms/call <= {GOAL_GATEWAY_CPU_MS:g} ms{beside}: "
-                             f"{_verdict(ok)}")
+                             f"{verdict(ok)}")
         else:
             ok = r["throughput_ratio"] >= GOAL_THROUGHPUT_RATIO
             floor_thru = f" (floor {f['calls_per_s'] / r['direct']['calls_per_s']:.2f}x)" if f and r['direct']['calls_per_s'] else ""
             lines.append(f"goal {r['case']}: throughput {r['throughput_ratio']:.2f}x direct >= {GOAL_THROUGHPUT_RATIO:.2f}x"
-                         f"{floor_thru}: {_verdict(ok)}")
+                         f"{floor_thru}: {verdict(ok)}")
         if r["tool"] == "write":
             read = by_case.get(r["case"].replace("write", "read"))
             if read is not None:
                 added = r["p50_overhead_ms"] - read["p50_overhead_ms"]
                 lines.append(f"goal {r['case']}: the fence adds {added:+.2f} ms p50 over the unfenced read "
-                             f"<= {GOAL_FENCE_ADDED_MS:g} ms: {_verdict(added <= GOAL_FENCE_ADDED_MS)}")
+                             f"<= {GOAL_FENCE_ADDED_MS:g} ms: {verdict(added <= GOAL_FENCE_ADDED_MS)}")
     return lines
 
 

@@ -37,7 +37,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from gateway_overhead import PYTHON, Proc, percentile, start  # noqa: E402
+from gateway_overhead import PYTHON, Proc, percentile, start, verdict  # noqa: E402
 from listing_bench import list_body, wait_listed  # noqa: E402
 from loadgen import MODERN, MODERN_ENVELOPE, RawConnection, era_headers, parse_answer  # noqa: E402
 
@@ -165,15 +165,15 @@ def main() -> int:
             flat = abs(p50) <= GOAL_FLAT and abs(cpu) <= GOAL_FLAT
             ok = ok and flat
             print(f"{era:<12} large vs small: added p50 {p50:+.1%}, CPU {cpu:+.1%} (goal within ±{GOAL_FLAT:.0%}): "
-                  f"{'MET' if flat else 'NOT MET'}")
+                  f"{verdict(flat)}")
         print(f"tools/list of 10,000 tools (large gateway, cached), c=1, {args.lists} requests")
         for era in args.era:
             r = asyncio.run(measure_lists(gateways["large"].url, era, args.lists))
             met = r["p50_ms"] <= GOAL_LIST_P50_MS
             ok = ok and met
             print(f"{era:<12} p50 {r['p50_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms, {r['bytes']:,} bytes "
-                  f"(goal p50 <= {GOAL_LIST_P50_MS:g} ms): {'MET' if met else 'NOT MET'}")
-        print(f"goals: {'MET' if ok else 'NOT MET'}")
+                  f"(goal p50 <= {GOAL_LIST_P50_MS:g} ms): {verdict(met)}")
+        print(f"goals: {verdict(ok)}")
         return 0
     finally:
         for p in reversed(procs):
