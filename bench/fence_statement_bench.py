@@ -10,14 +10,18 @@ autocommit statement each, on the event loop): each statement's time and the thr
                    does while its call is with the upstream);
   after a spin     `--gap-ms` of busy Python before each (the core stays busy, as at c=16).
 
-Part 2, the same two statements on raw `sqlite3` (after a sleep of `--gap-ms`, as at c=1), with
-the store's schema and two variants: no secondary index, and the index on `created_at` (which a
-finish does not change) instead of `(state, updated_at)`.
+Part 2, the store's two writes on raw `sqlite3` (after a sleep of `--gap-ms`, as at c=1): the
+claim's `INSERT ... ON CONFLICT DO NOTHING` and the finish's compare-and-set `UPDATE`, written out
+here because the variants need a schema the store would not create. The store's own schema, and
+two variants: no secondary index, and the index on `created_at` (which a finish does not change)
+instead of `(state, updated_at)`.
 
-Part 3, PostgreSQL (`--pg`, default the local server; `--no-pg` skips it): claim + finish in the
-store's statements at c=1 and c=16, with the store's schema and with the index on `created_at` and
-`fillfactor = 70`, where a finish changes no indexed column and can be a heap-only (HOT) update;
-PostgreSQL's own CPU per call read from /proc (its processes on this box).
+Part 3, PostgreSQL (`--pg`, default the local server; `--no-pg` skips it): the same two writes in
+their plain form (the store's claim also reads the row there in the same statement, and its
+finishes may share a commit: not measured here) at c=1 and c=16, with the store's schema and with
+the index on `created_at` and `fillfactor = 70`, where a finish changes no indexed column and can
+be a heap-only (HOT) update; PostgreSQL's own CPU per call read from /proc (its processes on this
+box).
 
 Each table is 3 rounds, variants in turn; the median of the rounds' medians.
 """
