@@ -12,6 +12,8 @@ Variants (each a store of its own in its own scratch schema or file):
 
   pg                 the PostgreSQL store as configured by default;
   pg, no group       `group_commit=False`: every finish its own statement and commit;
+  pg, pool only      `keep_connection=False`: every claim and finish through the pool (no kept
+                     connection, storage/kept_connection.py);
   sqlite             the SQLite store (WAL, synchronous=NORMAL);
 
 Each variant runs `--rounds` times in turn (a b c a b c ...) so drift from other processes on the
@@ -161,6 +163,10 @@ async def main() -> None:
             store = PostgresFenceStore.from_url(f"{args.pg}?schema={schema_base}_b&pool_max={args.pool_max}")
             store.group_commit = False  # type: ignore[attr-defined]
             stores["pg, no group"] = store
+        if "keep_connection" in PostgresFenceStore.__init__.__code__.co_varnames:
+            store = PostgresFenceStore.from_url(f"{args.pg}?schema={schema_base}_c&pool_max={args.pool_max}")
+            store.keep_connection = False  # type: ignore[attr-defined]
+            stores["pg, pool only"] = store
         if not args.no_sqlite:
             stores["sqlite"] = SqliteFenceStore(Path(tmp) / "f.db")
         for s in stores.values():
@@ -191,7 +197,7 @@ async def main() -> None:
             for s in stores.values():
                 await s.close()
             conn = await asyncpg.connect(args.pg)
-            for suffix in ("a", "b"):
+            for suffix in ("a", "b", "c"):
                 await conn.execute(f'DROP SCHEMA IF EXISTS "{schema_base}_{suffix}" CASCADE')
             await conn.close()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncpg
 
 from ..storage.database import Database
+from ..storage.postgres_errors import TRANSIENT_ERRORS
 from ..storage.tables import PostgresTable
 from .records import Approval, ApprovalState
 from .store import APPROVALS_TABLE, COLUMNS, View, from_row, to_row
@@ -15,11 +16,7 @@ _COLS = ", ".join(COLUMNS)
 
 
 class PostgresApprovalStore(PostgresTable):
-    # A lost or refused connection, a server shutting down, a statement timeout (as the fence store).
-    transient_errors: tuple[type[BaseException], ...] = (
-        OSError, TimeoutError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError, asyncpg.CannotConnectNowError,
-        asyncpg.QueryCanceledError, asyncpg.DeadlockDetectedError, asyncpg.SerializationError,
-    )
+    transient_errors: tuple[type[BaseException], ...] = TRANSIENT_ERRORS  # storage/postgres_errors.py
 
     PURPOSE = "dex approvals"
 

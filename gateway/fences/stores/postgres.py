@@ -35,6 +35,8 @@ import asyncpg
 
 from ...protocol import Result
 from ...storage.database import Database, PoolLease
+from ...storage.kept_connection import KeptConnection
+from ...storage.postgres_errors import TRANSIENT_ERRORS
 from ..records import COLUMNS, FenceRecord, FenceState, FenceStats, Owner, dump_answer, record_from_row, record_to_row
 from .group_commit import GroupCommit
 
@@ -59,21 +61,18 @@ def _lock_key(schema: str) -> int:
 
 
 class PostgresFenceStore:
-    # A lost or refused connection, a server shutting down, a statement timeout.
-    transient_errors: tuple[type[BaseException], ...] = (
-        OSError,
-        TimeoutError,
-        asyncpg.InterfaceError,
-        asyncpg.PostgresConnectionError,
-        asyncpg.CannotConnectNowError,
-        asyncpg.QueryCanceledError,
-        asyncpg.DeadlockDetectedError,
-        asyncpg.SerializationError,
-    )
-    def __init__(self, database: Database, *, owns_database: bool = False, group_commit: bool = True) -> None:
+    transient_errors: tuple[type[BaseException], ...] = TRANSIENT_ERRORS  # storage/postgres_errors.py
+
+    def __init__(
+        self, database: Database, *, owns_database: bool = False, group_commit: bool = True, keep_connection: bool = True
+    ) -> None:
         """On `database`'s pool; `owns_database`: open and close it with the store;
-        `group_commit`: finishes that become ready together share one statement and commit."""
+        `group_commit`: finishes that become ready together share one statement and commit;
+        `keep_connection`: claims and finishes run on one of the pool's connections kept for them
+        while it is free (storage/kept_connection.py), the pool otherwise."""
         self.group_commit = group_commit
+        self.keep_connection = keep_connection
+        self._kept = KeptConnection(lambda: self.pool)
         self.schema = database.postgres.schema  # checked when the URL was parsed
         self._lease = PoolLease(database, owner=owns_database, name="fence store")
         self._t = f'"{self.schema}".dex_fences'
@@ -123,6 +122,7 @@ class PostgresFenceStore:
     async def open(self) -> None:
         if self._lease.held:
             return
+        self._kept = KeptConnection(lambda: self.pool)
         async with self._lease.opening() as pool, pool.acquire() as conn:
             await self._migrate(conn)
 
@@ -161,7 +161,13 @@ class PostgresFenceStore:
                 await conn.execute(f"INSERT INTO {s}.dex_fences_schema (version) VALUES ($1)", SCHEMA_VERSION)
 
     async def close(self) -> None:
+        await self._kept.close()  # before the pool can close
         await self._lease.release()
+
+    @property
+    def _hot(self) -> "KeptConnection | asyncpg.Pool":
+        """Where the claims and finishes run."""
+        return self._kept if self.keep_connection else self.pool
 
     async def __aenter__(self) -> Self:
         await self.open()
@@ -189,7 +195,7 @@ class PostgresFenceStore:
         # it began makes the insert do nothing *and* the SELECT find nothing: then ask again.
         row = record_to_row(record)
         while True:
-            found = await self.pool.fetchrow(self._claim, *row)
+            found = await self._hot.fetchrow(self._claim, *row)
             if found[0]:
                 return True, record
             if found[1] is not None:
@@ -238,13 +244,13 @@ class PostgresFenceStore:
         """One statement, one commit, for every finish in `items` (distinct fences)."""
         if len(items) == 1:
             f = items[0]
-            status = await self.pool.execute(
+            status = await self._hot.execute(
                 self._finish_one, f.state, f.answer, f.now, f.fence_id, f.owner.replica_id, f.owner.boot_id, f.attempts
             )
             return [self._one(status)]
         done = {
             r[0]
-            for r in await self.pool.fetch(
+            for r in await self._hot.fetch(
                 self._finish_many,
                 [f.fence_id for f in items],
                 [f.owner.replica_id for f in items],
