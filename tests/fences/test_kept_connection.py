@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import anyio
 import asyncpg
@@ -26,18 +27,24 @@ pytestmark = pytest.mark.anyio
 CONNECTION_ERRORS = PostgresFenceStore.transient_errors
 
 
-@pytest.fixture
-async def pool() -> AsyncIterator[asyncpg.Pool]:
+@asynccontextmanager
+async def pool_of(max_size: int) -> AsyncIterator[asyncpg.Pool]:
     reason = await unreachable_reason()
     if reason:
         pytest.skip(reason)
-    pool = await asyncpg.create_pool(PG_URL, min_size=1, max_size=4)
+    pool = await asyncpg.create_pool(PG_URL, min_size=1, max_size=max_size)
     try:
         yield pool
     finally:
         # A connection never handed back would keep this waiting (asyncpg warns after 60 s).
         with anyio.fail_after(10):
             await pool.close()
+
+
+@pytest.fixture
+async def pool() -> AsyncIterator[asyncpg.Pool]:
+    async with pool_of(4) as pool:
+        yield pool
 
 
 async def backend(kept: KeptConnection, extra: str = "") -> int:
@@ -173,17 +180,10 @@ async def test_an_answer_is_stored_when_postgresql_ended_the_stores_connections_
 
 
 async def test_a_pool_of_one_connection_keeps_it_for_everyone() -> None:
-    reason = await unreachable_reason()
-    if reason:
-        pytest.skip(reason)
-    pool = await asyncpg.create_pool(PG_URL, min_size=1, max_size=1)
-    try:
+    async with pool_of(1) as pool:
         kept = KeptConnection(lambda: pool)
         await backend(kept)
         assert await all_returned(pool)  # nothing set apart: other users of the pool are not starved
         with anyio.fail_after(5):
             assert await pool.fetchval("SELECT 1") == 1
         await kept.close()
-    finally:
-        with anyio.fail_after(10):
-            await pool.close()
