@@ -137,19 +137,24 @@ class LoopSqlite:
     async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """`fn(connection)`: on the event loop, tried again while the file is busy; or on the
         worker thread (see the module's docstring)."""
-        conn = self.connection()
         if not self.on_loop:
-            return await anyio.to_thread.run_sync(fn, conn, limiter=self._limiter)
+            return await anyio.to_thread.run_sync(self._call, fn, limiter=self._limiter)
         deadline = time.monotonic() + self.busy_timeout_ms / 1000
         delay = _FIRST_WAIT
         while True:
             try:
-                return fn(conn)
+                return self._call(fn)
             except sqlite3.OperationalError as exc:
                 if not is_busy(exc) or time.monotonic() > deadline:
                     raise
             await anyio.sleep(delay)
             delay = min(delay * 2, _LONGEST_WAIT)
+
+    def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        # The connection is read right before each use, never kept across an await: `close()`
+        # forgets it at once and closes it on a worker thread, and a statement on a connection
+        # being closed by another thread can crash the process (it did: a segfault in CI).
+        return fn(self.connection())
 
     async def run_checkpointer(self, interval: float = CHECKPOINT_INTERVAL) -> None:
         """Until cancelled: the connection's checkpoints on a worker thread (module docstring).
@@ -159,11 +164,13 @@ class LoopSqlite:
         conn = self.connection()
         checkpointer = await anyio.to_thread.run_sync(self._checkpoint_connection)
         limiter = anyio.CapacityLimiter(1)
-        conn.execute("PRAGMA wal_autocheckpoint = 0")
         # RESTART holds the write lock while it waits for readers: after one that readers kept
         # from restarting (a long export, another process's snapshot) the next waits a while.
         pause, restart_after = interval, 0.0
         try:
+            if self._conn is not conn:  # closed while the checkpointer connected: nothing to do
+                await anyio.sleep_forever()
+            conn.execute("PRAGMA wal_autocheckpoint = 0")
             while True:
                 await anyio.sleep(interval)
                 restarted = await anyio.to_thread.run_sync(

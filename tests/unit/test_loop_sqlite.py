@@ -133,6 +133,59 @@ async def test_unopened_or_closed_says_so_and_a_bad_mode_is_named(tmp_path: Path
         LoopSqlite(tmp_path / "x.db", synchronous="sometimes")
 
 
+async def test_a_statement_waiting_for_the_lock_when_the_store_closes_never_uses_the_closed_connection(
+        tmp_path: Path) -> None:
+    # The app closes its stores while background loops still run: a statement retrying on a busy
+    # file must not use the connection `close()` is closing on another thread (a crash in CI).
+    db = LoopSqlite(tmp_path / "x.db", busy_timeout_ms=5_000, name="test store")
+    await db.open(_setup)
+    other = _hold_write_lock(db.path)
+    failed: list[BaseException] = []
+
+    async def insert() -> None:
+        try:
+            await db.run(_insert)
+        except Exception as exc:  # noqa: BLE001 - what it raised is the assertion
+            failed.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(insert)
+        await anyio.sleep(0.05)  # retrying: the file is busy
+        await db.close()
+        other.execute("COMMIT")
+    other.close()
+    assert [type(e) for e in failed] == [StoreError] and "test store" in str(failed[0])
+
+
+class _SlowToConnect(LoopSqlite):
+    def _checkpoint_connection(self) -> sqlite3.Connection:
+        time.sleep(0.2)  # the store closes meanwhile
+        return super()._checkpoint_connection()
+
+
+async def test_a_store_closed_while_the_checkpointer_starts_is_left_alone(tmp_path: Path) -> None:
+    db = _SlowToConnect(tmp_path / "x.db")
+    await db.open(_setup)
+    outcome: list[str] = []
+
+    async def checkpointer() -> None:
+        try:
+            await db.run_checkpointer(interval=0.01)
+        except anyio.get_cancelled_exc_class():
+            outcome.append("cancelled")
+            raise
+        except Exception as exc:  # noqa: BLE001 - what it raised is the assertion
+            outcome.append(repr(exc))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(checkpointer)
+        await anyio.sleep(0.05)  # connecting its own connection on a worker thread
+        await db.close()
+        await anyio.sleep(0.3)
+        tg.cancel_scope.cancel()
+    assert outcome == ["cancelled"]  # not "Cannot operate on a closed database"
+
+
 async def test_the_audit_store_takes_synchronous_from_the_url(tmp_path: Path) -> None:
     default = SqliteAuditStore.from_url(f"sqlite:///{tmp_path}/a.db")
     full = SqliteAuditStore.from_url(f"sqlite:///{tmp_path}/a.db?synchronous=FULL")
