@@ -17,6 +17,10 @@ authenticated yet, so every refusal is cheap and closes the connection:
   sees a disconnect). TCP keepalive probes find a peer that vanished without a FIN.
 * **Connections per process**: past `server.max_connections` open connections, a new one is
   answered 503 (with `Retry-After`) and closed before anything of its request is parsed.
+
+And one thing on the way out: a response's head is written together with its first body bytes
+(`_HeadWithBody`), so a whole answer is one write instead of uvicorn's two: one send(2) and one
+segment, and the client wakes once (docs/benchmarks.md, "One write per answer").
 """
 
 from __future__ import annotations
@@ -126,6 +130,8 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         self._cancel_head_timer()
         self.scope[DISCONNECT] = Disconnect()  # type: ignore[literal-required]  # the cycle's scope, made next
         super().on_headers_complete()
+        if self.cycle is not None:
+            self.cycle.transport = _HeadWithBody(self.transport, self.loop)  # type: ignore[assignment]
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
@@ -214,6 +220,42 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         ])
         self.transport.write(b"".join(content))
         self.transport.close()
+
+
+class _HeadWithBody:
+    """The transport a request's response is written through: the response's head (its first
+    write) waits for its first body bytes, so a whole answer leaves in one write (one send(2)
+    and one segment instead of two), or until the loop's current pass ends, so a head whose body
+    comes later (a stream) is not held back."""
+
+    __slots__ = ("_transport", "_loop", "_head", "_first")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._head: bytes | None = None
+        self._first = True
+
+    def write(self, data: bytes) -> None:
+        if self._first:
+            self._first = False
+            self._head = data
+            self._loop.call_soon(self._flush)
+            return
+        head, self._head = self._head, None
+        self._transport.write(data if head is None else head + data)
+
+    def _flush(self) -> None:
+        head, self._head = self._head, None
+        if head is not None and not self._transport.is_closing():
+            self._transport.write(head)
+
+    def close(self) -> None:
+        self._flush()
+        self._transport.close()
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
 
 
 def _keepalive(sock: socket.socket | None, seconds: int) -> None:
