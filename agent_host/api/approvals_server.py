@@ -15,6 +15,8 @@ from urllib.parse import quote
 import uvicorn
 from starlette.applications import Starlette
 
+from gateway.http.lingering import LingeringHttpProtocol
+
 LOOPBACK = "127.0.0.1"
 GRACE_SECONDS = 2
 
@@ -50,7 +52,9 @@ class ApprovalsServer:
         self._sock = sock
         self._app = app
         # Open event streams are ended by the app's shutdown event; the grace period bounds the rest.
-        config = uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=GRACE_SECONDS)
+        # A refused request (its body unread) is closed in stages, so the client reads the refusal.
+        config = uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=GRACE_SECONDS,
+                                http=LingeringHttpProtocol)
         self._server = _EmbeddedServer(config)
 
     @property

@@ -8,7 +8,8 @@
   same-origin GETs) pass.
 * `BearerGuard` (the data routes' Mount): the approver token is checked from the headers before
   any byte of the body is read; a refusal closes the connection, so an unread body is never
-  taken in.
+  taken in (closed in stages by the server's protocol, `gateway/http/lingering.py`: what is
+  still arriving is dropped unparsed, so the client reads the refusal, not a reset).
 * `BodyCap` (the same Mount, after the token): a body announced or streamed beyond
   `--api-max-body-bytes` (default 1 MiB) is refused with 413 and a JSON error while it arrives,
   never read whole first. (Starlette's own body limit answers an announced excess in plain text,

@@ -1,7 +1,8 @@
 """uvicorn's HTTP/1.1 protocol with the connection limits a gateway facing the network needs.
 
 Everything here happens before a request reaches the gateway's ASGI app, on bytes nobody has
-authenticated yet, so every refusal is cheap and closes the connection:
+authenticated yet, so every refusal is cheap and closes the connection (in stages, so the client
+reads the refusal and not a reset: `lingering.py`):
 
 * **Unreadable requests** (a `Content-Length` that is not a number, a broken chunked body, an
   unknown method): uvicorn's 400, with the JSON-RPC error body every other refusal has.
@@ -32,7 +33,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mcp_types import INVALID_REQUEST
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE
+
+from .lingering import LingeringHttpProtocol
 
 __all__ = ["DISCONNECT", "ConnectionLimits", "Disconnect", "GatewayHttpProtocol", "connection_protocol"]
 
@@ -75,7 +78,7 @@ class ConnectionLimits:
     max_connections: int = 1024
 
 
-class GatewayHttpProtocol(HttpToolsProtocol):
+class GatewayHttpProtocol(LingeringHttpProtocol):
     """One client connection (the class attribute `limits` comes from `connection_protocol`)."""
 
     limits: ConnectionLimits = ConnectionLimits()
@@ -108,6 +111,9 @@ class GatewayHttpProtocol(HttpToolsProtocol):
                 disconnect._lose()
 
     def data_received(self, data: bytes) -> None:
+        if self.lingering:
+            super().data_received(data)  # dropped, never parsed
+            return
         if self._over_capacity:
             self._refuse(503, "Service Unavailable: the gateway has too many open connections; retry shortly",
                          [b"retry-after: 1\r\n"])
@@ -130,8 +136,9 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         self._cancel_head_timer()
         self.scope[DISCONNECT] = Disconnect()  # type: ignore[literal-required]  # the cycle's scope, made next
         super().on_headers_complete()
-        if self.cycle is not None:
-            self.cycle.transport = _HeadWithBody(self.transport, self.loop)  # type: ignore[assignment]
+
+    def request_transport(self) -> _HeadWithBody:  # type: ignore[override]
+        return _HeadWithBody(self)
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
@@ -169,7 +176,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
 
     def _head_timed_out(self) -> None:
         self._head_timer = None
-        if not self._in_head or self.transport.is_closing():
+        if not self._in_head or self.closing:
             return
         if self._head_bytes:
             self._refuse(408, f"Request Timeout: the request head did not arrive within "
@@ -204,7 +211,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
 
     def _refuse(self, status: int, message: str, extra: list[bytes] | None = None) -> None:
         """Answer `status` with a JSON-RPC error body and close the connection."""
-        if self.transport.is_closing():
+        if self.closing:
             return
         body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": INVALID_REQUEST, "message": message}}).encode()
         content = [STATUS_LINE[status]]
@@ -219,20 +226,20 @@ class GatewayHttpProtocol(HttpToolsProtocol):
             body,
         ])
         self.transport.write(b"".join(content))
-        self.transport.close()
+        self.close_connection()
 
 
 class _HeadWithBody:
     """The transport a request's response is written through: the response's head (its first
     write) waits for its first body bytes, so a whole answer leaves in one write (one send(2)
     and one segment instead of two), or until the loop's current pass ends, so a head whose body
-    comes later (a stream) is not held back."""
+    comes later (a stream) is not held back. `close` closes the connection in stages."""
 
-    __slots__ = ("_transport", "_loop", "_head", "_first")
+    __slots__ = ("_protocol", "_transport", "_head", "_first")
 
-    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
-        self._transport = transport
-        self._loop = loop
+    def __init__(self, protocol: LingeringHttpProtocol) -> None:
+        self._protocol = protocol
+        self._transport = protocol.transport
         self._head: bytes | None = None
         self._first = True
 
@@ -240,22 +247,22 @@ class _HeadWithBody:
         if self._first:
             self._first = False
             self._head = data
-            self._loop.call_soon(self._flush)
+            self._protocol.loop.call_soon(self._flush)
             return
         head, self._head = self._head, None
         self._transport.write(data if head is None else head + data)
 
     def _flush(self) -> None:
         head, self._head = self._head, None
-        if head is not None and not self._transport.is_closing():
+        if head is not None and not self._protocol.closing:
             self._transport.write(head)
 
     def close(self) -> None:
         self._flush()
-        self._transport.close()
+        self._protocol.close_connection()
 
     def is_closing(self) -> bool:
-        return self._transport.is_closing()
+        return self._protocol.closing
 
 
 def _keepalive(sock: socket.socket | None, seconds: int) -> None:

@@ -144,6 +144,28 @@ def test_an_unauthenticated_body_is_refused_before_a_byte_is_read(served: Served
     assert httpx.get(f"{served.url}/approvals", headers={"Authorization": f"Bearer {APPROVER}"}).status_code == 200
 
 
+def test_a_refused_request_whose_body_is_still_coming_reads_the_refusal_not_a_reset(served: Served) -> None:
+    """The refusal is written before the body is read; the connection then closes in stages
+    (gateway/http/lingering.py): the answer is followed by an end of file, never by a reset, which
+    can discard the answer before the client reads it (with a plain close, every one of these ended
+    in a reset, and an httpx POST with a wrong token failed with "connection reset by peer" now
+    and then)."""
+    body = b"a" * MAX_BODY_BYTES  # more than the server reads before it answers a route that does not read it
+    for _ in range(3):
+        head = _head("POST", "/sessions/s/steer", served.port, "Authorization: Bearer wrong", f"Content-Length: {len(body)}")
+        with socket.create_connection(("127.0.0.1", served.port), timeout=ANSWER_SECONDS) as sock:
+            sock.sendall(head.encode("latin-1") + body)
+            time.sleep(0.3)  # answered and closed meanwhile: a reset would be here by now
+            status, headers, answer = _read_response(sock)
+            assert sock.recv(65536) == b"", "more than the refusal"  # the end: a reset here can cost the answer
+        assert status == 401 and json.loads(answer) == {"error": "unknown token"}, (status, answer)
+        assert headers.get("connection") == "close"
+    with httpx.Client(base_url=served.url) as client:
+        for _ in range(50):
+            refused = client.post("/sessions", headers={"Authorization": "Bearer wrong"}, json={"x": "y" * 4096})
+            assert refused.status_code == 401
+
+
 def test_an_authenticated_body_beyond_the_cap_is_refused_while_it_streams(served: Served) -> None:
     auth = f"Authorization: Bearer {APPROVER}"
     # Announced: refused at once, nothing sent.
