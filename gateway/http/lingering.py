@@ -22,7 +22,7 @@ import asyncio
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-__all__ = ["LINGER_BYTES", "LINGER_SECONDS", "LingeringHttpProtocol"]
+__all__ = ["LINGER_BYTES", "LINGER_SECONDS", "LingeringHttpProtocol", "StagedClose"]
 
 LINGER_SECONDS = 2.0
 LINGER_BYTES = 16 * 1024 * 1024
@@ -44,7 +44,7 @@ class LingeringHttpProtocol(HttpToolsProtocol):
     @property
     def closing(self) -> bool:
         """Nothing more may be written: the connection is closing or lingering."""
-        return self._linger is not None or self.transport.is_closing()
+        return self.lingering or self.transport.is_closing()
 
     def close_connection(self) -> None:
         """Close this connection in stages: the write side now, the rest when the client closes
@@ -72,9 +72,9 @@ class LingeringHttpProtocol(HttpToolsProtocol):
         if self.cycle is not None:
             self.cycle.transport = self.request_transport()  # type: ignore[assignment]
 
-    def request_transport(self) -> _StagedClose:
+    def request_transport(self) -> StagedClose:
         """The transport one request's response is written through."""
-        return _StagedClose(self)
+        return StagedClose(self)
 
     def on_response_complete(self) -> None:
         if self._linger is None:  # else: no further request on this connection
@@ -86,7 +86,7 @@ class LingeringHttpProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
 
-class _StagedClose:
+class StagedClose:
     """A request's transport: writes go to the connection, `close` closes it in stages."""
 
     __slots__ = ("_protocol",)

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from mcp_types import INVALID_REQUEST
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 
-from .lingering import LingeringHttpProtocol
+from .lingering import LingeringHttpProtocol, StagedClose
 
 __all__ = ["DISCONNECT", "ConnectionLimits", "Disconnect", "GatewayHttpProtocol", "connection_protocol"]
 
@@ -137,7 +137,7 @@ class GatewayHttpProtocol(LingeringHttpProtocol):
         self.scope[DISCONNECT] = Disconnect()  # type: ignore[literal-required]  # the cycle's scope, made next
         super().on_headers_complete()
 
-    def request_transport(self) -> _HeadWithBody:  # type: ignore[override]
+    def request_transport(self) -> _HeadWithBody:
         return _HeadWithBody(self)
 
     def on_message_complete(self) -> None:
@@ -229,16 +229,16 @@ class GatewayHttpProtocol(LingeringHttpProtocol):
         self.close_connection()
 
 
-class _HeadWithBody:
+class _HeadWithBody(StagedClose):
     """The transport a request's response is written through: the response's head (its first
     write) waits for its first body bytes, so a whole answer leaves in one write (one send(2)
     and one segment instead of two), or until the loop's current pass ends, so a head whose body
-    comes later (a stream) is not held back. `close` closes the connection in stages."""
+    comes later (a stream) is not held back. `close` writes a held head, then closes in stages."""
 
-    __slots__ = ("_protocol", "_transport", "_head", "_first")
+    __slots__ = ("_transport", "_head", "_first")
 
     def __init__(self, protocol: LingeringHttpProtocol) -> None:
-        self._protocol = protocol
+        super().__init__(protocol)
         self._transport = protocol.transport
         self._head: bytes | None = None
         self._first = True
@@ -259,10 +259,7 @@ class _HeadWithBody:
 
     def close(self) -> None:
         self._flush()
-        self._protocol.close_connection()
-
-    def is_closing(self) -> bool:
-        return self._protocol.closing
+        super().close()
 
 
 def _keepalive(sock: socket.socket | None, seconds: int) -> None:

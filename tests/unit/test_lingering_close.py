@@ -16,6 +16,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,21 +61,26 @@ PROTOCOLS = {
 }
 
 
-@pytest.fixture(params=[(p, loop) for p in PROTOCOLS for loop in ("asyncio", "uvloop")], ids=lambda p: "-".join(p))
-def running(request: pytest.FixtureRequest) -> Iterator[Running]:
-    protocol, loop = request.param
-    config = uvicorn.Config(_refusing_app, host="127.0.0.1", port=0, http=PROTOCOLS[protocol], loop=loop,
+@contextmanager
+def _serving(protocol: type[LingeringHttpProtocol], loop: str = "auto") -> Iterator[Running]:
+    config = uvicorn.Config(_refusing_app, host="127.0.0.1", port=0, http=protocol, loop=loop,
                             lifespan="off", log_level="warning")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.01)
-    yield Running(server, server.servers[0].sockets[0].getsockname()[1])
-    server.should_exit = True
-    thread.join(10)
+    try:
+        _wait_for(lambda: server.started, "the server did not start", seconds=10)
+        yield Running(server, server.servers[0].sockets[0].getsockname()[1])
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+@pytest.fixture(params=[(p, loop) for p in PROTOCOLS for loop in ("asyncio", "uvloop")], ids=lambda p: "-".join(p))
+def running(request: pytest.FixtureRequest) -> Iterator[Running]:
+    protocol, loop = request.param
+    with _serving(PROTOCOLS[protocol], loop) as served:
+        yield served
 
 
 def _read_until_eof(sock: socket.socket) -> bytes:
@@ -138,21 +144,11 @@ def test_a_pipelined_request_after_a_closing_answer_is_never_answered(running: R
 def test_the_gateways_own_refusals_linger_too() -> None:
     """A head over `server.max_header_bytes` is refused by the protocol itself (431) while the
     rest of the head is still coming."""
-    protocol = PROTOCOLS["gateway"]
-    config = uvicorn.Config(_refusing_app, host="127.0.0.1", port=0, http=protocol, lifespan="off", log_level="warning")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        _wait_for(lambda: server.started, "the server did not start")
-        port = server.servers[0].sockets[0].getsockname()[1]
+    with _serving(PROTOCOLS["gateway"]) as served:
         for _ in range(3):
-            with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            with socket.create_connection(("127.0.0.1", served.port), timeout=5) as sock:
                 sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n" + b"X-Filler: %s\r\n" % (b"f" * 1000) * 200)
                 time.sleep(0.3)
                 answer = _read_until_eof(sock)
             assert answer.startswith(b"HTTP/1.1 431"), answer[:200]
             assert b"server.max_header_bytes" in answer
-    finally:
-        server.should_exit = True
-        thread.join(10)
