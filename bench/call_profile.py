@@ -48,27 +48,28 @@ def _profiled_run(gateway_dir: str | None, calls: int, out: Path, site: Path, ar
     cmd = [PYTHON, str(HERE / "gateway_overhead.py"), "--era", args.era, "--concurrency", "1", "--tools", args.tools,
            "--calls-c1", str(calls), "--warmup", "100"]
     # The installed gateway runs through the same launcher, so that it is profiled too.
-    cmd += ["--gateway-pythonpath", gateway_dir or str(Path(__import__("gateway").__file__).parent.parent)]
+    cmd += ["--gateway-pythonpath", gateway_dir or str(Path(str(__import__("gateway").__file__)).parent.parent)]
     subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)
     if not out.exists():
         raise SystemExit(f"no profile written for {gateway_dir or 'the installed gateway'}")
 
 
-Counts = dict[tuple[str, str], tuple[float, float]]
+Counts = dict[tuple[str, str], tuple[float, float, float]]
 
 
 def _per_call(small: Path, large: Path, extra: int) -> tuple[float, Counts]:
-    """Per call: the total call count, and per function (calls, own time in µs)."""
+    """Per call: the total call count, and per function (calls, own and cumulative time in µs; a
+    coroutine's cumulative time is the CPU of its resumptions, not the time it was suspended)."""
     a, b = pstats.Stats(str(small)), pstats.Stats(str(large))
     counts: Counts = {}
     before = a.stats  # type: ignore[attr-defined]
     for key, value in b.stats.items():  # type: ignore[attr-defined]
-        old = before.get(key, (0, 0, 0.0))
+        old = before.get(key, (0, 0, 0.0, 0.0))
         delta = (value[1] - old[1]) / extra
         if delta > 0.3:
             name = ("/".join(key[0].split("/")[-2:]), f"{key[1]}:{key[2]}")
-            calls, own = counts.get(name, (0.0, 0.0))
-            counts[name] = (calls + delta, own + (value[2] - old[2]) / extra * 1e6)
+            calls, own, cum = counts.get(name, (0.0, 0.0, 0.0))
+            counts[name] = (calls + delta, own + (value[2] - old[2]) / extra * 1e6, cum + (value[3] - old[3]) / extra * 1e6)
     return (b.total_calls - a.total_calls) / extra, counts  # type: ignore[attr-defined]
 
 
@@ -80,8 +81,8 @@ def main() -> None:
     parser.add_argument("--gateway-pythonpath", action="append", default=[])
     parser.add_argument("--diff", type=int, default=15, help="functions listed whose count differs most")
     parser.add_argument("--top", type=int, default=0, help="list each gateway's N most called functions per call")
-    parser.add_argument("--sort", choices=["calls", "own"], default="calls",
-                        help="--top's order: calls per call, or own time per call under cProfile")
+    parser.add_argument("--sort", choices=["calls", "own", "cum"], default="calls",
+                        help="--top's order: calls per call, or own or cumulative time per call under cProfile")
     args = parser.parse_args()
     extra = 2000
     gateways: list[str | None] = args.gateway_pythonpath or [None]
@@ -99,15 +100,16 @@ def main() -> None:
     for gateway_dir, (total, _) in zip(gateways, results):
         print(f"  {total:8.1f}  {gateway_dir or 'installed gateway'}")
     for gateway_dir, (_, counts) in zip(gateways, results) if args.top else ():
-        order = 0 if args.sort == "calls" else 1
-        print(f"top functions by {args.sort} per call (own time under cProfile in µs, calls): {gateway_dir or 'installed gateway'}")
-        for key, (calls, own) in sorted(counts.items(), key=lambda item: -item[1][order])[: args.top]:
-            print(f"  {own:7.1f}  {calls:5.1f}  {key[0]} {key[1]}")
+        order = ("calls", "own", "cum").index(args.sort)
+        print(f"top functions by {args.sort} per call (own and cumulative time under cProfile in µs, calls): "
+              f"{gateway_dir or 'installed gateway'}")
+        for key, (calls, own, cum) in sorted(counts.items(), key=lambda item: -item[1][order])[: args.top]:
+            print(f"  {own:7.1f}  {cum:7.1f}  {calls:5.1f}  {key[0]} {key[1]}")
     if len(results) > 1 and args.diff:
         first, second = results[0][1], results[1][1]
 
         def count(side: Counts, key: tuple[str, str]) -> float:
-            return side.get(key, (0.0, 0.0))[0]
+            return side.get(key, (0.0, 0.0, 0.0))[0]
 
         keys = sorted(set(first) | set(second), key=lambda k: -abs(count(second, k) - count(first, k)))
         print("most changed, second minus first (per call):")

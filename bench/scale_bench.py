@@ -7,8 +7,10 @@ Two gateways side by side in one run, each fronting one bench/many_tools_server.
 Streamable HTTP (stateless, JSON answers): `small` has one upstream of 10 tools, `large` ten
 upstreams of 1,000 tools (10,000 tools). The same tool (`s00_tool_005`, on the first upstream of
 each) is called at c=1 on one keep-alive connection, through each gateway and directly on its
-upstream, the four alternating request by request so load on the box hits all alike; each
-gateway's CPU is read from /proc around its calls. (The upstream's own time grows with its tool
+upstream, the four alternating request by request (each gateway's call beside its direct one,
+the two pairs' order flipped every round) so load on the box hits all alike; each
+gateway's CPU is read from /proc before and after the measured loop (per call: its share of the
+loop, what it does after each answer included). (The upstream's own time grows with its tool
 count -- the SDK server looks the tool up in its listing -- so the gateway is judged by its added
 p50 -- the median of each call's time minus that of the direct call beside it -- and its CPU.)
 The direct calls are made in the era the gateways speak to their upstream, 2026-07-28 (`auto`
@@ -83,11 +85,16 @@ async def measure_calls(gateways: dict[str, Proc], direct: dict[str, str], era: 
     eras = {name: era if name in gateways else UPSTREAM_ERA for name in urls}
     conns = {name: RawConnection(url, era_headers(eras[name], TOOL)) for name, url in urls.items()}
     times: dict[str, list[float]] = {name: [] for name in urls}
-    cpu: dict[str, float] = {name: 0.0 for name in urls}
+    cpu: dict[str, float] = {}
+    # Each gateway beside its direct call, and the pairs' order flipped every round: where a call
+    # falls in the round changes its time by up to 15 % here (the processes before it, the caches),
+    # so a fixed order would favour one gateway.
+    pairs = [[name, f"{name} direct"] for name in gateways]
     for i in range(calls + warmup):
-        for name, conn in conns.items():
-            proc = gateways.get(name)
-            before = proc.cpu_seconds() if proc and i >= warmup else 0.0
+        if i == warmup:
+            cpu = {name: -proc.cpu_seconds() for name, proc in gateways.items()}
+        for name in [n for pair in (pairs if i % 2 == 0 else pairs[::-1]) for n in pair]:
+            conn = conns[name]
             t0 = time.perf_counter()
             status, content_type, data = await conn.post(call_body(eras[name], i))
             elapsed = (time.perf_counter() - t0) * 1000
@@ -95,9 +102,12 @@ async def measure_calls(gateways: dict[str, Proc], direct: dict[str, str], era: 
                 raise SystemExit(f"{name} {era}: HTTP {status}: {data[:300]!r}")
             if i >= warmup:
                 times[name].append(elapsed)
-                cpu[name] += proc.cpu_seconds() - before if proc else 0.0
-    results = {name: {"p50_ms": percentile(t, 50), "p99_ms": percentile(t, 99), "cpu_ms": cpu[name] / calls * 1000}
-               for name, t in times.items()}
+    # Each gateway's CPU over the whole measured loop, its work after each answer included (/proc
+    # counts in 10 ms ticks: windows around single calls would miss that work and round each call).
+    for name, proc in gateways.items():
+        cpu[name] += proc.cpu_seconds()
+    results = {name: {"p50_ms": percentile(t, 50), "p99_ms": percentile(t, 99),
+                      "cpu_ms": cpu.get(name, 0.0) / calls * 1000} for name, t in times.items()}
     # Added: the median of each call's time minus that of the direct call made right beside it, so
     # what slows both alike (the box, the upstream) cancels out.
     for name in gateways:

@@ -21,6 +21,7 @@ class Recorder:
 
     def __init__(self, fail_group: int | None = None) -> None:
         self.groups: list[list[str]] = []
+        self.committed: list[list[str]] = []
         self.fail_group = fail_group
         self.running = 0
         self.most_running = 0
@@ -36,6 +37,7 @@ class Recorder:
             self.running -= 1
         if fail:
             raise OSError("connection lost")
+        self.committed.append(list(items))
         return [f"{item}!" for item in items]
 
 
@@ -131,8 +133,18 @@ async def test_a_cancelled_caller_still_gets_its_write_committed() -> None:
     commit = Recorder()
     group: GroupCommit[str, str] = GroupCommit(commit, key=lambda s: s)
     with anyio.move_on_after(0.001):
-        await group.submit("cancelled")
-    assert commit.groups == [["cancelled"]] and commit.running == 0
+        await group.submit("cancelled")  # alone: nothing under way
+    assert commit.committed == [["cancelled"]] and commit.running == 0
+
+    async def queued() -> None:
+        with anyio.move_on_after(0.001):
+            await group.submit("queued")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(group.submit, "first")
+        await anyio.sleep(0.005)  # "first" is being committed: "queued" joins the next group
+        tg.start_soon(queued)
+    assert commit.committed[1:] == [["first"], ["queued"]] and commit.running == 0
 
 
 async def pending_fences_counting_commits(store: PostgresFenceStore, ids: list[str]) -> list[int]:

@@ -61,18 +61,22 @@ class GroupCommit(Generic[I, R]):
         self._in_flight = 0  # commits sent and not yet answered
 
     async def submit(self, item: I) -> R:
-        # Shielded: once queued, a write is committed (or fails) whoever cancels its caller, and
-        # a caller chosen to gather the next group does gather it.
+        # Shielded: once submitted, a write is committed (or fails) whoever cancels its caller,
+        # and a caller chosen to gather the next group does gather it.
         with anyio.CancelScope(shield=True):
+            if not self._gathering and not self._in_flight:
+                # Nothing being committed, so nothing to share a flush with: at once, alone (no
+                # other write waits on it, so its errors are simply its caller's).
+                self._in_flight += 1
+                try:
+                    return (await self._commit([item]))[0]
+                finally:
+                    self._in_flight -= 1
             me: _Waiter[I, R] = _Waiter(item, self._key(item))
             await self._queue_and_commit(me)
         return self._outcome(me)
 
     async def _queue_and_commit(self, me: _Waiter[I, R]) -> None:
-        if not self._gathering and not self._in_flight:
-            # Nothing being committed, so nothing to share a flush with: at once, alone.
-            await self._commit_group([me])
-            return
         self._queue.append(me)
         if self._gathering:
             await me.done.wait()

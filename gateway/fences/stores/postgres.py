@@ -8,13 +8,13 @@ PostgreSQL schema named by `?schema=` (default `public`). `open()` creates or ch
 under a transaction-scoped advisory lock, so replicas starting at the same moment neither
 fail on concurrent `CREATE ... IF NOT EXISTS` nor see a half-built schema.
 
-Each operation is one statement, atomic at READ COMMITTED: the conditional UPDATE/DELETE
-re-checks its WHERE clause on the latest row version, which is the compare-and-set.
+Each write is one statement, atomic at READ COMMITTED: the conditional UPDATE/DELETE re-checks
+its WHERE clause on the latest row version, which is the compare-and-set.
 
-One round trip each: the claim is one statement (insert, or else read the row there), and the
-pool skips asyncpg's reset query on release (gateway/storage/database.py). asyncpg prepares each
-statement once per connection and reuses it (its statement cache), so a call sends no SQL text
-to parse. Every write commits synchronously: a finished answer acknowledged to the pipeline
+One round trip each: a claim of a new key is one `INSERT ... ON CONFLICT DO NOTHING` (a key
+already there is read by a second statement), and the pool skips asyncpg's reset query on
+release (gateway/storage/database.py). asyncpg prepares each statement once per connection and
+reuses it (its statement cache), so a call sends no SQL text to parse. Every write commits synchronously: a finished answer acknowledged to the pipeline
 survives a PostgreSQL crash too.
 
 Group commit (`group_commit=True`, the default): a finish that finds no commit under way is the
@@ -78,14 +78,8 @@ class PostgresFenceStore:
         self._t = f'"{self.schema}".dex_fences'
         self._held = "fence_id = ${0} AND state = 'pending' AND owner_replica = ${1} AND owner_boot = ${2} AND attempts = ${3}"
         placeholders = ", ".join(f"${i}" for i in range(1, len(COLUMNS) + 1))
-        # Exactly one row: (true, NULLs) when inserted, else (false, the row there) -- or
-        # (false, NULLs) when that row is not visible to this statement's snapshot.
-        self._claim = (
-            f"WITH ins AS (INSERT INTO {self._t} ({_COLS}) VALUES ({placeholders})"
-            f" ON CONFLICT (fence_id) DO NOTHING RETURNING 1)"
-            f" SELECT EXISTS (SELECT 1 FROM ins), {', '.join('f.' + c for c in COLUMNS)}"
-            f" FROM (VALUES (1)) AS one LEFT JOIN {self._t} AS f ON f.fence_id = $1 AND NOT EXISTS (SELECT 1 FROM ins)"
-        )
+        self._claim = f"INSERT INTO {self._t} ({_COLS}) VALUES ({placeholders}) ON CONFLICT (fence_id) DO NOTHING"
+        self._read = f"SELECT {_COLS} FROM {self._t} WHERE fence_id = $1"
         self._finish_one = (
             f"UPDATE {self._t} SET state = $1, answer = $2, lease_until = NULL, updated_at = $3 WHERE {self._cas(4)}"
         )
@@ -190,19 +184,20 @@ class PostgresFenceStore:
     # -- operations --------------------------------------------------------------------
 
     async def insert_if_absent(self, record: FenceRecord) -> tuple[bool, FenceRecord]:
-        # One statement, one round trip: the insert, or else the row that is already there.
-        # The SELECT sees the statement's snapshot, so a row committed by another replica after
-        # it began makes the insert do nothing *and* the SELECT find nothing: then ask again.
+        # A new key (nearly every call) is one statement. A key already there (a retry) is read by
+        # a second statement, which finds it gone only if it was deleted in between (swept, or
+        # released by its owner): then claim again. (An insert meeting a claim not yet committed
+        # waits for that transaction to end, then does nothing or inserts.)
         row = record_to_row(record)
         while True:
-            found = await self._hot.fetchrow(self._claim, *row)
-            if found[0]:
+            if self._one(await self._hot.execute(self._claim, *row)):
                 return True, record
-            if found[1] is not None:
-                return False, record_from_row(tuple(found)[1:])
+            found = await self._hot.fetchrow(self._read, record.fence_id)
+            if found is not None:
+                return False, record_from_row(found)
 
     async def get(self, fence_id: str) -> FenceRecord | None:
-        row = await self.pool.fetchrow(f"SELECT {_COLS} FROM {self._t} WHERE fence_id = $1", fence_id)
+        row = await self.pool.fetchrow(self._read, fence_id)
         return None if row is None else record_from_row(row)
 
     async def take_over(
