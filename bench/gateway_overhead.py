@@ -22,7 +22,9 @@ Goals (issue 27), each printed MET / NOT MET with the floor beside it: at c=1 ga
 <= 0.45 ms and <= 1.6x the floor's, added p50 <= 0.6 ms; at c=16 a read's throughput >= 1.0x
 direct; a fenced write (SQLite) adds <= 0.25 ms p50 at c=1 over the same call unfenced (the write's
 added p50 minus the read's), and at c=16 keeps >= 0.8x the unfenced throughput (each tool's
-throughput through the gateway over its own direct one, the write's over the read's).
+throughput through the gateway over its own direct one, the write's over the read's). A read is
+neither fenced nor audited, so these lines charge the write's audit row to the fence as well;
+bench/fence_gateway_bench.py sets a fenced write against the same write sent without a key.
 
 Caveat printed with every run: load generator, gateway and upstream share the machine's
 cores (2 on the reference box), so at c=16 they compete for CPU; the CPU-per-call columns
