@@ -69,7 +69,9 @@ def _per_call(small: Path, large: Path, extra: int) -> tuple[float, Counts]:
         if delta > 0.3:
             name = ("/".join(key[0].split("/")[-2:]), f"{key[1]}:{key[2]}")
             calls, own, cum = counts.get(name, (0.0, 0.0, 0.0))
-            counts[name] = (calls + delta, own + (value[2] - old[2]) / extra * 1e6, cum + (value[3] - old[3]) / extra * 1e6)
+            own += (value[2] - old[2]) / extra * 1e6
+            cum += (value[3] - old[3]) / extra * 1e6
+            counts[name] = (calls + delta, own, cum)
     return (b.total_calls - a.total_calls) / extra, counts  # type: ignore[attr-defined]
 
 

@@ -50,8 +50,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from gateway_overhead import (  # noqa: E402
-    GOAL_FENCE_ADDED_MS, GOAL_FENCED_THROUGHPUT, PYTHON, ROOT, SCRATCH_LAUNCHER, Proc, percentile, postgres_cpu_seconds, start,
-    verdict, wait_for_tools,
+    GOAL_FENCE_ADDED_MS, GOAL_FENCED_THROUGHPUT, PYTHON, ROOT, SCRATCH_LAUNCHER, Proc, percentile,
+    postgres_cpu_seconds, start, verdict, wait_for_tools,
 )
 
 PG_URL = os.environ.get("DEX_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")

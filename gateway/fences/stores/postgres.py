@@ -14,8 +14,8 @@ its WHERE clause on the latest row version, which is the compare-and-set.
 One round trip each: a claim of a new key is one `INSERT ... ON CONFLICT DO NOTHING` (a key
 already there is read by a second statement), and the pool skips asyncpg's reset query on
 release (gateway/storage/database.py). asyncpg prepares each statement once per connection and
-reuses it (its statement cache), so a call sends no SQL text to parse. Every write commits synchronously: a finished answer acknowledged to the pipeline
-survives a PostgreSQL crash too.
+reuses it (its statement cache), so a call sends no SQL text to parse. Every write commits
+synchronously: a finished answer acknowledged to the pipeline survives a PostgreSQL crash too.
 
 Group commit (`group_commit=True`, the default): a finish that finds no commit under way is the
 plain one-row UPDATE, sent at once; finishes arriving while commits are under way and ready in
